@@ -1,0 +1,148 @@
+"""The Benchmark protocol and the shared answer prompt.
+
+Every method answers through ``Benchmark.solve`` so the answer prompt is identical across methods;
+only the evidence and the method's notes (a source model, workflows) differ.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from harness.data import Answer, Evidence, Score, Source, Split, Task, estimate_tokens
+from harness.errors import DataError
+from harness.splits import grouped_split
+
+if TYPE_CHECKING:
+    from harness.llm import BoundLLM
+
+DATA_ENV = "SOURCEBENCH_DATA_DIR"
+
+
+def default_data_dirs() -> list[Path]:
+    """Where benchmark data is looked for, in order."""
+    dirs = []
+    if os.environ.get(DATA_ENV):
+        dirs.append(Path(os.environ[DATA_ENV]))
+    dirs.append(Path.cwd() / "data")
+    dirs.append(Path.cwd().parent / "shared" / "data")
+    checkout = Path(__file__).resolve().parents[1]
+    dirs.append(checkout.parent / "shared" / "data")
+    seen, out = set(), []
+    for d in dirs:
+        r = d.resolve()
+        if r not in seen:
+            seen.add(r)
+            out.append(r)
+    return out
+
+
+@dataclass
+class DataStatus:
+    benchmark: str
+    present: bool
+    location: str
+    detail: str
+    how_to_get: str
+
+
+class Benchmark(abc.ABC):
+    """Subclass per benchmark. ``options`` are ``--opt key=value`` pairs from the command line."""
+
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = "1-A"  # inspect_evals style: N bumps when results stop being comparable
+    subdir: ClassVar[str] = ""  # folder under a data dir
+    scorer_name: ClassVar[str] = ""
+    needs_judge_model: ClassVar[bool] = False
+    answer_instructions: ClassVar[str] = "Answer the question concisely, in a sentence or two."
+    known_options: ClassVar[dict[str, str]] = {}
+
+    def __init__(self, data_dir: Path | None = None, options: dict[str, str] | None = None):
+        self.options = dict(options or {})
+        unknown = set(self.options) - set(self.known_options)
+        if unknown:
+            from harness.errors import ConfigError
+
+            known = ", ".join(f"{k} ({v})" for k, v in self.known_options.items()) or "none"
+            raise ConfigError(f"{self.name}: unknown option(s) {', '.join(sorted(unknown))}; known: {known}")
+        self._data_dir = Path(data_dir) if data_dir else None
+
+    # -- data ------------------------------------------------------------------------------------
+    def data_root(self) -> Path:
+        """The folder holding this benchmark's files (first candidate that exists)."""
+        cands = [self._data_dir] if self._data_dir else [d / self.subdir for d in default_data_dirs()]
+        if self._data_dir and (self._data_dir / self.subdir).is_dir():
+            cands = [self._data_dir / self.subdir]
+        for c in cands:
+            if c is not None and c.is_dir():
+                return c
+        raise DataError(
+            f"{self.name}: data folder not found (looked in {', '.join(str(c) for c in cands)}); "
+            f"pass --data-dir or set {DATA_ENV}. {self.how_to_get()}"
+        )
+
+    def how_to_get(self) -> str:
+        return ""
+
+    def data_status(self) -> DataStatus:
+        try:
+            root = self.data_root()
+            ids = self.source_ids()
+            return DataStatus(self.name, True, str(root), f"{len(ids)} source(s): {', '.join(ids)}", self.how_to_get())
+        except DataError as e:
+            return DataStatus(self.name, False, "", str(e), self.how_to_get())
+
+    @abc.abstractmethod
+    def source_ids(self) -> list[str]: ...
+
+    @abc.abstractmethod
+    def load_source(self, source_id: str) -> Source: ...
+
+    @abc.abstractmethod
+    def load_tasks(self, source_id: str) -> list[Task]: ...
+
+    def make_splits(self, source: Source, tasks: list[Task], seeds: list[int]) -> list[Split]:
+        return [grouped_split(self.name, source.id, tasks, s, source_fingerprint=source.fingerprint) for s in seeds]
+
+    def select_test(self, tasks: list[Task]) -> list[Task]:
+        """Filter test tasks (e.g. by difficulty) after splitting; the split itself never changes."""
+        return tasks
+
+    # -- answering -------------------------------------------------------------------------------
+    def render_evidence(self, evidence: list[Evidence]) -> str:
+        return "\n\n".join(f"[{i}] {e.title} ({e.element_id})\n{e.text}" for i, e in enumerate(evidence, 1))
+
+    def build_prompt(self, task: Task, evidence: list[Evidence], notes: str = "") -> list[dict[str, str]]:
+        system = (
+            "You answer questions about a source using the material provided. Base the answer on the "
+            "source context; if it is not enough, give your best answer. " + self.answer_instructions
+        )
+        parts = []
+        if notes:
+            parts.append("Knowledge about the source:\n" + notes)
+        if evidence:
+            parts.append("Source excerpts:\n" + self.render_evidence(evidence))
+        parts.append(f"Question: {task.question.strip()}")
+        return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+
+    async def solve(self, task: Task, evidence: list[Evidence], notes: str, llm: "BoundLLM", stage: str = "answer") -> Answer:
+        messages = self.build_prompt(task, evidence, notes)
+        ctx_tokens = estimate_tokens("".join(m["content"] for m in messages))
+        res = await llm.generate(messages, stage=stage)
+        return Answer(
+            text=res.text.strip(),
+            evidence_ids=[e.element_id for e in evidence],
+            context_tokens=ctx_tokens,
+            failed=res.failed,
+            failure_reason=res.error,
+        )
+
+    # -- scoring ---------------------------------------------------------------------------------
+    @abc.abstractmethod
+    async def score(self, task: Task, answer: Answer, judge: "BoundLLM | None") -> Score: ...
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "version": self.version, "scorer": self.scorer_name, "options": self.options}

@@ -1,0 +1,110 @@
+"""PhantomWiki: a generated universe of person articles and multi-hop questions.
+
+Data: the official generator's output (``pw-generate --article-format json --question-format
+json``): ``articles.json`` (``{title, article, facts}``) and ``questions.json``. Each instance folder
+is one source; articles are split at their markdown sections. Tasks are grouped by template
+(``type``) so a template never sits on both sides of a split. Scoring: answer-set EM and F1.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.data import Answer, Score, Source, Task
+from harness.elements import split_markdown
+from harness.errors import DataError
+from harness.io import read_json, require_fields
+from judges.exact_f1 import exact_f1
+
+from .base import Benchmark
+
+
+class PhantomWiki(Benchmark):
+    name = "phantomwiki"
+    version = "1-A"
+    subdir = "phantomwiki"
+    scorer_name = "exact_f1"
+    answer_instructions = (
+        "Reply with the answer only: the name(s) or value(s), no sentence. "
+        "If there are several answers, separate them with commas."
+    )
+    known_options = {
+        "max_difficulty": "keep test questions with at most this many reasoning steps (a small model only "
+        "answers easy ones; full runs use all)",
+    }
+
+    def how_to_get(self) -> str:
+        return ("Generate an instance with the official generator: pip install phantom-wiki; "
+                "pw-generate -od DIR/phantomwiki/<name> --article-format json --question-format json")
+
+    def source_ids(self) -> list[str]:
+        root = self.data_root()
+        ids = sorted(p.name for p in root.iterdir() if (p / "articles.json").exists())
+        if not ids:
+            raise DataError(f"{root}: no PhantomWiki instance (a folder with articles.json and questions.json)")
+        return ids
+
+    def _dir(self, source_id: str) -> Path:
+        d = self.data_root() / source_id
+        if not (d / "articles.json").exists():
+            raise DataError(f"{d / 'articles.json'}: file not found (unknown PhantomWiki source '{source_id}')")
+        return d
+
+    def load_source(self, source_id: str) -> Source:
+        path = self._dir(source_id) / "articles.json"
+        articles = read_json(path)
+        if not isinstance(articles, list) or not articles:
+            raise DataError(f"{path}: expected a non-empty JSON list of articles")
+        elements = []
+        for i, a in enumerate(articles):
+            if not isinstance(a, dict):
+                raise DataError(f"{path}: article {i} is not an object")
+            require_fields(path, None, a, ["title", "article"])
+            for el in split_markdown(a["title"], a["article"]):
+                elements.append(el.model_copy(update={"metadata": {**el.metadata, "entity": a["title"]}}))
+        seen: set[str] = set()
+        for e in elements:
+            if e.id in seen:
+                raise DataError(f"{path}: duplicate element id '{e.id}' (two articles with the same title?)")
+            seen.add(e.id)
+        return Source(id=source_id, kind="documents", elements=elements, origin=str(path),
+                      description="PhantomWiki: articles about people of a generated universe")
+
+    def load_tasks(self, source_id: str) -> list[Task]:
+        path = self._dir(source_id) / "questions.json"
+        qs = read_json(path)
+        if not isinstance(qs, list):
+            raise DataError(f"{path}: expected a JSON list of questions")
+        tasks = []
+        for i, q in enumerate(qs):
+            if not isinstance(q, dict):
+                raise DataError(f"{path}: question {i} is not an object")
+            require_fields(path, None, q, ["id", "question", "answer", "type"])
+            tasks.append(Task(
+                id=str(q["id"]),
+                source_id=source_id,
+                question=q["question"],
+                reference=[str(a) for a in q["answer"]],
+                group=f"type-{q['type']}",
+                metadata={"difficulty": q.get("difficulty"), "type": q["type"],
+                          "is_aggregation_question": q.get("is_aggregation_question")},
+            ))
+        return tasks
+
+    def select_test(self, tasks: list[Task]) -> list[Task]:
+        md = self.options.get("max_difficulty")
+        if md is None:
+            return tasks
+        try:
+            lim = int(md)
+        except ValueError:
+            from harness.errors import ConfigError
+
+            raise ConfigError(f"phantomwiki: --opt max_difficulty={md!r} is not an integer") from None
+        return [t for t in tasks if (t.metadata.get("difficulty") or 0) <= lim]
+
+    async def score(self, task: Task, answer: Answer, judge=None) -> Score:
+        if answer.failed:
+            return Score(value=0.0, correct=False, judge=self.scorer_name, failed=True, failure_reason=answer.failure_reason)
+        m = exact_f1(answer.text, task.reference)
+        return Score(value=m["f1"], correct=bool(m["em"]), details=m, judge=self.scorer_name)

@@ -1,0 +1,388 @@
+"""The model layer: every LLM call (learn, answer, judge) goes through here.
+
+Calls are made with inspect-ai's model API, so any provider inspect supports works unchanged
+(``openai/...``, ``openai-api/<service>/...``, ``vllm/...``, ``local/smollm2``, ``scripted/...``).
+On top of inspect this layer adds what an evaluation harness needs:
+
+* a persistent call cache (sqlite) keyed by model, endpoint, messages and settings, so that re-running
+  a finished experiment makes zero model calls (inspect's own cache format changes between
+  versions and its cached calls are not counted);
+* a usage ledger counting calls and tokens per method, phase, stage and live/cached/failed;
+* structured calls against a pydantic schema with one corrective retry, after which the call is
+  recorded as failed and the run goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from .errors import ConfigError, ModelUnavailableError
+
+T = TypeVar("T", bound=BaseModel)
+
+Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model and its generation settings, as recorded in run metadata (never with a key)."""
+
+    name: str
+    role: str = "solver"
+    temperature: float = 0.0
+    max_tokens: int = 512
+    seed: int = 0
+    base_url: str | None = None
+    context_window: int | None = None
+    max_connections: int | None = None
+    reasoning_effort: str | None = None
+
+    def settings(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "base_url": self.resolved_base_url(),
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "seed": self.seed,
+            "context_window": self.effective_context_window(),
+            "reasoning_effort": self.reasoning_effort,
+        }
+
+    def resolved_base_url(self) -> str | None:
+        """Endpoint as inspect would resolve it from the environment (for provenance and cache keys)."""
+        if self.base_url:
+            return self.base_url
+        parts = self.name.split("/")
+        if parts[0] == "openai-api" and len(parts) >= 3:
+            return os.environ.get(f"{parts[1].upper().replace('-', '_')}_BASE_URL")
+        if parts[0] == "openai":
+            return os.environ.get("OPENAI_BASE_URL")
+        if parts[0] == "vllm":
+            return os.environ.get("VLLM_BASE_URL")
+        return None
+
+    def effective_context_window(self) -> int | None:
+        if self.context_window:
+            return self.context_window
+        if self.name.startswith("local/"):
+            return 8192
+        return None
+
+
+@dataclass
+class CallResult:
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached: bool = False
+    failed: bool = False
+    error: str = ""
+    stop_reason: str = ""
+
+
+@dataclass
+class StructuredResult:
+    value: BaseModel | None
+    text: str
+    failed: bool = False
+    error: str = ""
+    attempts: int = 1
+
+
+class CallCache:
+    """sqlite cache of model outputs. One file, WAL mode, safe across threads and processes."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        with self._connect() as con:
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)")
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(self.path, timeout=30)
+
+    def get(self, key: str) -> dict[str, Any] | None:
+        with self._lock, self._connect() as con:
+            row = con.execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, value: dict[str, Any]) -> None:
+        with self._lock, self._connect() as con:
+            con.execute(
+                "INSERT OR REPLACE INTO calls (key, value, created) VALUES (?, ?, ?)",
+                (key, json.dumps(value, ensure_ascii=False), time.time()),
+            )
+
+
+class UsageLedger:
+    """Counts calls and tokens by (method, phase, stage, status). status: live | cached | failed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.rows: dict[tuple[str, str, str, str], dict[str, float]] = defaultdict(
+            lambda: {"calls": 0, "input_tokens": 0, "output_tokens": 0, "seconds": 0.0}
+        )
+        self.failures: list[dict[str, str]] = []
+
+    def add(self, method: str, phase: str, stage: str, status: str, inp: int, out: int, secs: float) -> None:
+        with self._lock:
+            r = self.rows[(method, phase, stage, status)]
+            r["calls"] += 1
+            r["input_tokens"] += inp
+            r["output_tokens"] += out
+            r["seconds"] += secs
+
+    def add_failure(self, method: str, phase: str, stage: str, error: str) -> None:
+        with self._lock:
+            self.failures.append({"method": method, "phase": phase, "stage": stage, "error": error[:300]})
+
+    def live_calls(self) -> int:
+        return int(sum(v["calls"] for (_, _, _, s), v in self.rows.items() if s == "live"))
+
+    def snapshot(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [
+                {"method": m, "phase": p, "stage": st, "status": s, **v}
+                for (m, p, st, s), v in sorted(self.rows.items())
+            ]
+
+    def drain(self) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+        """Return and reset the counters (the runner flushes them to usage.jsonl per step)."""
+        with self._lock:
+            rows = [{"method": m, "phase": p, "stage": st, "status": s, **v} for (m, p, st, s), v in sorted(self.rows.items())]
+            fails = list(self.failures)
+            self.rows.clear()
+            self.failures.clear()
+        return rows, fails
+
+
+def _norm_messages(messages: str | list[Message]) -> list[Message]:
+    if isinstance(messages, str):
+        return [{"role": "user", "content": messages}]
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def _to_inspect(messages: list[Message]) -> list[Any]:
+    from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser
+
+    out = []
+    for m in messages:
+        cls = {"system": ChatMessageSystem, "user": ChatMessageUser, "assistant": ChatMessageAssistant}[m["role"]]
+        out.append(cls(content=m["content"]))
+    return out
+
+
+def _is_connection_error(e: BaseException) -> bool:
+    names = {type(x).__name__ for x in _chain(e)}
+    return bool(names & {"APIConnectionError", "ConnectError", "ConnectionRefusedError", "ConnectTimeout"})
+
+
+def _chain(e: BaseException):
+    seen = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        yield e
+        e = e.__cause__ or e.__context__
+
+
+class LLM:
+    """A model role (solver or judge) with cache and ledger. Bind method/phase with ``.bind``."""
+
+    def __init__(self, spec: ModelSpec, cache: CallCache | None, ledger: UsageLedger):
+        self.spec = spec
+        self.cache = cache
+        self.ledger = ledger
+        self._model: Any = None
+        self._model_lock = threading.Lock()
+
+    # -- inspect model -------------------------------------------------------------------------
+    def inspect_model(self) -> Any:
+        with self._model_lock:
+            if self._model is None:
+                from inspect_ai.model import get_model
+
+                import harness.providers._registry  # noqa: F401  (registers local/ and scripted/)
+
+                kwargs: dict[str, Any] = {}
+                if self.spec.base_url:
+                    kwargs["base_url"] = self.spec.base_url
+                try:
+                    self._model = get_model(self.spec.name, **kwargs)
+                except Exception as e:  # unknown provider, missing key or package
+                    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                    raise ModelUnavailableError(f"model '{self.spec.name}': {msg}") from None
+            return self._model
+
+    def cache_key(self, messages: list[Message], max_tokens: int, temperature: float, schema: dict | None) -> str:
+        payload = {
+            "model": self.spec.name,
+            "base_url": self.spec.resolved_base_url(),
+            "messages": messages,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "seed": self.spec.seed,
+            "reasoning_effort": self.spec.reasoning_effort,
+            "schema": schema,
+        }
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+    def bind(self, method: str, phase: str) -> "BoundLLM":
+        return BoundLLM(self, method, phase)
+
+    async def generate(
+        self,
+        messages: str | list[Message],
+        *,
+        method: str,
+        phase: str,
+        stage: str = "",
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        schema: type[BaseModel] | None = None,
+    ) -> CallResult:
+        msgs = _norm_messages(messages)
+        mt = max_tokens or self.spec.max_tokens
+        temp = self.spec.temperature if temperature is None else temperature
+        json_schema = schema.model_json_schema() if schema is not None else None
+        key = self.cache_key(msgs, mt, temp, json_schema)
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                self.ledger.add(method, phase, stage, "cached", hit["input_tokens"], hit["output_tokens"], 0.0)
+                return CallResult(hit["text"], hit["input_tokens"], hit["output_tokens"], cached=True,
+                                  stop_reason=hit.get("stop_reason", ""))
+        window = self.spec.effective_context_window()
+        if window:
+            est = sum(len(m["content"]) for m in msgs) // 4
+            if est + mt > window * 1.5:  # clearly over: do not spend a call
+                err = f"context_overflow: prompt of ~{est} tokens exceeds the {window}-token context window"
+                self.ledger.add_failure(method, phase, stage, err)
+                self.ledger.add(method, phase, stage, "failed", 0, 0, 0.0)
+                return CallResult("", failed=True, error=err)
+        from inspect_ai.model import GenerateConfig, ResponseSchema
+        from inspect_ai.util import json_schema as to_json_schema
+
+        cfg: dict[str, Any] = {"max_tokens": mt, "temperature": temp, "seed": self.spec.seed}
+        if self.spec.reasoning_effort:
+            cfg["reasoning_effort"] = self.spec.reasoning_effort
+        if self.spec.max_connections:
+            cfg["max_connections"] = self.spec.max_connections
+        if schema is not None:
+            cfg["response_schema"] = ResponseSchema(name=schema.__name__[:64], json_schema=to_json_schema(schema), strict=True)
+        model = self.inspect_model()
+        t0 = time.perf_counter()
+        try:
+            out = await model.generate(_to_inspect(msgs), config=GenerateConfig(**cfg))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:
+            if _is_connection_error(e):
+                where = self.spec.resolved_base_url() or self.spec.name
+                raise ModelUnavailableError(f"model endpoint {where} is unreachable ({type(e).__name__})") from None
+            err = _short_error(e)
+            self.ledger.add_failure(method, phase, stage, err)
+            self.ledger.add(method, phase, stage, "failed", 0, 0, time.perf_counter() - t0)
+            return CallResult("", failed=True, error=err)
+        secs = time.perf_counter() - t0
+        text = out.completion or ""
+        usage = out.usage
+        inp = int(usage.input_tokens) if usage else sum(len(m["content"]) for m in msgs) // 4
+        outp = int(usage.output_tokens) if usage else len(text) // 4
+        stop = str(out.stop_reason or "")
+        if stop == "model_length" and not text:
+            err = f"context_overflow: prompt does not fit the model's context window ({out.error or stop})"
+            self.ledger.add_failure(method, phase, stage, err)
+            self.ledger.add(method, phase, stage, "failed", inp, 0, secs)
+            return CallResult("", failed=True, error=err)
+        self.ledger.add(method, phase, stage, "live", inp, outp, secs)
+        if self.cache is not None:
+            self.cache.put(key, {"text": text, "input_tokens": inp, "output_tokens": outp, "stop_reason": stop})
+        return CallResult(text, inp, outp, cached=False, stop_reason=stop)
+
+    async def structured(
+        self,
+        messages: str | list[Message],
+        schema: type[T],
+        *,
+        method: str,
+        phase: str,
+        stage: str = "",
+        max_tokens: int | None = None,
+    ) -> StructuredResult:
+        """A schema-constrained call, validated with pydantic; one retry that shows the validation error."""
+        msgs = _norm_messages(messages)
+        res = await self.generate(msgs, method=method, phase=phase, stage=stage, max_tokens=max_tokens, schema=schema)
+        if res.failed:
+            return StructuredResult(None, "", failed=True, error=res.error)
+        try:
+            return StructuredResult(schema.model_validate_json(_strip_fences(res.text)), res.text)
+        except ValidationError as e:
+            first_error = _short_error(e)
+        retry = msgs + [
+            {"role": "assistant", "content": res.text},
+            {"role": "user", "content": "That reply is not valid JSON for the required schema: "
+             f"{first_error}. Reply again with only a JSON object that matches the schema."},
+        ]
+        res2 = await self.generate(retry, method=method, phase=phase, stage=stage, max_tokens=max_tokens, schema=schema)
+        if not res2.failed:
+            try:
+                return StructuredResult(schema.model_validate_json(_strip_fences(res2.text)), res2.text, attempts=2)
+            except ValidationError as e:
+                err = f"invalid structured output after retry: {_short_error(e)}"
+        else:
+            err = res2.error
+        self.ledger.add_failure(method, phase, stage, err)
+        return StructuredResult(None, res2.text, failed=True, error=err, attempts=2)
+
+
+def _strip_fences(text: str) -> str:
+    t = text.strip()
+    if t.startswith("```"):
+        t = t.split("\n", 1)[1] if "\n" in t else t
+        if t.rstrip().endswith("```"):
+            t = t.rstrip()[:-3]
+    return t.strip()
+
+
+def _short_error(e: BaseException) -> str:
+    s = str(e).strip().replace("\n", " ")
+    return f"{type(e).__name__}: {s[:300]}"
+
+
+class BoundLLM:
+    """An LLM bound to a method and phase, so method code only names the stage."""
+
+    def __init__(self, llm: LLM, method: str, phase: str):
+        self.llm = llm
+        self.method = method
+        self.phase = phase
+
+    @property
+    def spec(self) -> ModelSpec:
+        return self.llm.spec
+
+    async def generate(self, messages: str | list[Message], *, stage: str = "", **kw: Any) -> CallResult:
+        return await self.llm.generate(messages, method=self.method, phase=self.phase, stage=stage, **kw)
+
+    async def structured(self, messages: str | list[Message], schema: type[T], *, stage: str = "", **kw: Any) -> StructuredResult:
+        return await self.llm.structured(messages, schema, method=self.method, phase=self.phase, stage=stage, **kw)
+
+
+def parse_model_spec(name: str, role: str = "solver", **kw: Any) -> ModelSpec:
+    if not name or "/" not in name:
+        raise ConfigError(f"--model '{name}': expected provider/model, e.g. local/smollm2 or openai/gpt-4o-mini")
+    return ModelSpec(name=name, role=role, **{k: v for k, v in kw.items() if v is not None})

@@ -1,0 +1,367 @@
+"""The experiment runner: splits -> learn (once per artifact) -> frozen artifact -> test phase -> rows.
+
+The test phase runs as inspect-ai tasks (one per method x source x seed cell), so every transcript
+can be browsed with ``inspect view``. Each scored task is appended to ``results.jsonl`` at once;
+a re-run skips finished rows, and the call cache makes any repeated call free, so an interrupted
+run resumes where it stopped and a finished run re-run makes zero model calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from adapters.base import Benchmark
+
+from .artifacts import ArtifactStore
+from .data import Answer, Source, Split, Task
+from .embeddings import Embedder, get_embedder
+from .errors import ConfigError, DataError, ModelUnavailableError, SourceBenchError
+from .io import append_jsonl, atomic_write_json, read_json, read_jsonl
+from .llm import LLM, CallCache, ModelSpec, UsageLedger
+from .method import Context, LearnContext, Method
+from .provenance import command_line, git_commit, package_versions
+from .registry import get_benchmark_class, get_method_class
+from .splits import write_manifest
+
+
+@dataclass
+class RunConfig:
+    benchmark: str
+    methods: list[str]
+    model: str
+    out: Path
+    judge_model: str | None = None
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    limit: int | None = None
+    guidance_limit: int | None = None
+    sources: list[str] | None = None
+    data_dir: Path | None = None
+    options: dict[str, str] = field(default_factory=dict)
+    method_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    embedder: str = "auto"
+    max_tokens: int = 512
+    temperature: float = 0.0
+    context_window: int | None = None
+    max_samples: int | None = None
+    display: str = "none"
+    write_report: bool = True
+
+
+@dataclass
+class Cell:
+    """One (method, source, seed) of the test phase."""
+
+    method: Method
+    source: Source
+    split: Split
+    tests: list[Task]
+    artifact: Path
+    ledger: UsageLedger
+
+    @property
+    def label(self) -> str:
+        return f"{self.method.name}/{self.source.id}/seed{self.split.seed}"
+
+
+class RunLock:
+    """An exclusive lock on the output folder: two runs must not interleave their appends."""
+
+    def __init__(self, out: Path):
+        self.path = out / ".lock"
+        self.fd: int | None = None
+
+    def __enter__(self) -> "RunLock":
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            raise SourceBenchError(f"{self.path.parent}: another sourcebench run is using this folder") from None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, str(os.getpid()).encode())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.fd is not None:
+            fcntl.flock(self.fd, fcntl.LOCK_UN)
+            os.close(self.fd)
+
+
+def row_key(r: dict[str, Any]) -> tuple:
+    return (r["benchmark"], r["source"], r["method"], int(r["seed"]), str(r["task_id"]))
+
+
+def limit_tasks(tasks: list[Task], limit: int | None, seed: int) -> list[Task]:
+    """A seeded subset shared by all methods, so comparisons stay paired."""
+    tasks = sorted(tasks, key=lambda t: t.id)
+    if limit is None or limit >= len(tasks):
+        return tasks
+    order = np.random.default_rng(seed).permutation(len(tasks))[:limit]
+    return [tasks[i] for i in sorted(order)]
+
+
+class Runner:
+    def __init__(self, cfg: RunConfig, console: Any = None):
+        self.cfg = cfg
+        self.out = Path(cfg.out)
+        self.console = console
+        if not cfg.methods:
+            raise ConfigError("--methods: give at least one method")
+        self.bench: Benchmark = get_benchmark_class(cfg.benchmark)(data_dir=cfg.data_dir, options=cfg.options)
+        self.methods: list[Method] = []
+        for name in cfg.methods:
+            cls = get_method_class(name)
+            try:
+                self.methods.append(cls(cfg.method_configs.get(name)))
+            except Exception as e:  # pydantic validation of the method config
+                raise ConfigError(f"method '{name}': invalid config ({str(e).splitlines()[0]})") from None
+        self.spec = ModelSpec(name=cfg.model, role="solver", temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                              context_window=cfg.context_window)
+        judge_name = cfg.judge_model or (cfg.model if self.bench.needs_judge_model else None)
+        self.judge_spec = (ModelSpec(name=judge_name, role="judge", temperature=0.0, max_tokens=256,
+                                     context_window=cfg.context_window if judge_name == cfg.model else None)
+                           if judge_name else None)
+        self.cache = CallCache(self.out / "cache" / "llm_calls.sqlite")
+        self.store = ArtifactStore(self.out / "artifacts")
+        self.results_path = self.out / "results.jsonl"
+        self.usage_path = self.out / "usage.jsonl"
+        self.failures_path = self.out / "failures.jsonl"
+        self.run_id = ""
+        self.embedder: Embedder | None = None
+        self.live_calls = 0
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def log(self, msg: str) -> None:
+        if self.console is not None:
+            self.console.print(msg)
+
+    def _llm(self, spec: ModelSpec, ledger: UsageLedger) -> LLM:
+        return LLM(spec, self.cache, ledger)
+
+    def _flush_usage(self, ledger: UsageLedger, source: str, seed: int | None) -> None:
+        rows, fails = ledger.drain()
+        base = {"benchmark": self.bench.name, "source": source, "seed": seed}
+        self.live_calls += sum(int(r["calls"]) for r in rows if r["status"] == "live")
+        append_jsonl(self.usage_path, [{**base, **r} for r in rows])
+        append_jsonl(self.failures_path, [{**base, "seed": seed, **f} for f in fails])
+
+    def _metadata(self, sources: list[Source]) -> dict[str, Any]:
+        return {
+            "run_id": self.run_id,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "command": command_line(),
+            "benchmark": self.bench.describe(),
+            "methods": [m.describe() for m in self.methods],
+            "model": self.spec.settings(),
+            "judge_model": self.judge_spec.settings() if self.judge_spec else None,
+            "embedder": self.embedder.name if self.embedder else self.cfg.embedder,
+            "seeds": self.cfg.seeds,
+            "limit": self.cfg.limit,
+            "guidance_limit": self.cfg.guidance_limit,
+            "sources": [{"id": s.id, "origin": s.origin, "fingerprint": s.fingerprint, "n_elements": len(s.elements),
+                         "kind": s.kind, **({"pinned_commit": s.metadata["pinned_commit"]}
+                                            if s.metadata.get("pinned_commit") else {})} for s in sources],
+            "versions": package_versions(),
+            "git_commit": git_commit(),
+        }
+
+    def _check_previous(self) -> dict[str, Any] | None:
+        path = self.out / "run.json"
+        if not path.exists():
+            return None
+        prev = read_json(path)
+        pb = (prev.get("benchmark") or {}).get("name")
+        if pb and pb != self.bench.name:
+            raise ConfigError(f"{path}: this folder holds a {pb} run; use another --out for {self.bench.name}")
+        pm = (prev.get("model") or {}).get("name")
+        if pm and pm != self.spec.name:
+            raise ConfigError(f"{path}: this folder holds a run with model {pm}; use another --out for {self.spec.name}")
+        return prev
+
+    # -- main ------------------------------------------------------------------------------------
+    def run(self) -> dict[str, Any]:
+        self.out.mkdir(parents=True, exist_ok=True)
+        with RunLock(self.out):
+            return asyncio.run(self._run())
+
+    async def _run(self) -> dict[str, Any]:
+        t0 = time.time()
+        prev = self._check_previous()
+        self.run_id = (prev or {}).get("run_id") or uuid.uuid4().hex[:12]
+        done = {row_key(r) for r in (read_jsonl(self.results_path, tolerate_torn_tail=True)
+                                     if self.results_path.exists() else [])}
+        self._repair_torn_tail()
+        source_ids = self.cfg.sources or self.bench.source_ids()
+        unknown = set(source_ids) - set(self.bench.source_ids())
+        if unknown:
+            raise ConfigError(f"--sources: unknown source(s) {', '.join(sorted(unknown))} for {self.bench.name}; "
+                              f"known: {', '.join(self.bench.source_ids())}")
+        self.embedder = get_embedder(self.cfg.embedder, self.out / "cache")
+        plans = []
+        sources = []
+        for sid in source_ids:
+            source = self.bench.load_source(sid)
+            tasks = self.bench.load_tasks(sid)
+            by_id = {t.id: t for t in tasks}
+            sources.append(source)
+            for split in self.bench.make_splits(source, tasks, self.cfg.seeds):
+                write_manifest(self.out, split)
+                guidance = limit_tasks([by_id[i] for i in split.guidance_ids], self.cfg.guidance_limit, split.seed)
+                tests = limit_tasks(self.bench.select_test([by_id[i] for i in split.test_ids]), self.cfg.limit,
+                                    split.seed)
+                plans.append((source, split, guidance, tests))
+        meta = self._metadata(sources)
+        if prev:  # keep the union of methods across invocations into the same folder
+            names = {m["name"] for m in meta["methods"]}
+            meta["methods"] += [m for m in prev.get("methods", []) if m["name"] not in names]
+            meta["created"] = prev.get("created", meta["created"])
+        atomic_write_json(self.out / "run.json", meta)
+
+        pending = [(m, p) for m in self.methods for p in plans
+                   if any((self.bench.name, p[0].id, m.name, p[1].seed, t.id) not in done for t in p[3])]
+        n_total = sum(len(p[3]) for p in plans) * len(self.methods)
+        n_pending = sum(1 for m, p in pending for t in p[3] if (self.bench.name, p[0].id, m.name, p[1].seed, t.id) not in done)
+        self.log(f"[bold]{self.bench.name}[/]: {len(sources)} source(s), seeds {self.cfg.seeds}, "
+                 f"{len(self.methods)} method(s): {n_total} task rows, {n_pending} to do")
+        if pending:
+            await self._preflight()
+            cells = await self._learn_all(pending)
+            await self._test_all(cells, done)
+        report_paths = {}
+        if self.cfg.write_report:
+            from reports.leaderboard import write_report
+
+            report_paths = write_report(self.out)
+        return {"out": str(self.out), "rows_done_before": len(done), "rows_new": n_pending,
+                "live_calls": self.live_calls, "seconds": round(time.time() - t0, 2), "report": report_paths}
+
+    def _repair_torn_tail(self) -> None:
+        """Drop a final line left half-written by a crash, so appends start on a clean line."""
+        p = self.results_path
+        if p.exists() and p.stat().st_size:
+            data = p.read_bytes()
+            if not data.endswith(b"\n"):
+                cut = data.rfind(b"\n") + 1
+                with open(p, "r+b") as f:
+                    f.truncate(cut)
+
+    async def _preflight(self) -> None:
+        """One tiny (cached) call per model role, so an unreachable endpoint fails before any work."""
+        ledger = UsageLedger()
+        for spec in [self.spec] + ([self.judge_spec] if self.judge_spec and self.judge_spec.name != self.spec.name else []):
+            res = await self._llm(spec, ledger).generate("Reply with the word OK.", method="harness", phase="probe",
+                                                         max_tokens=4)
+            if res.failed:
+                where = spec.resolved_base_url() or spec.name
+                raise ModelUnavailableError(f"model {spec.name} ({where}) failed a test call: {res.error}")
+        self._flush_usage(ledger, "", None)
+
+    # -- learn phase -----------------------------------------------------------------------------
+    def _artifact_inputs(self, method: Method, source: Source, split: Split, guidance: list[Task]) -> dict[str, Any]:
+        inputs = {
+            "method": method.name, "version": method.version, "config": method.config.model_dump(),
+            "benchmark": self.bench.name, "source": source.id, "source_fingerprint": source.fingerprint,
+            "model": self.spec.settings(), "embedder": self.embedder.name if self.embedder else "",
+        }
+        if method.uses_guidance:
+            inputs["seed"] = split.seed
+            inputs["guidance"] = [(t.id, t.item_hash) for t in guidance]
+            inputs["judge"] = self.judge_spec.settings() if self.judge_spec else None
+        return inputs
+
+    def context(self, cls: type[Context], method: Method, source: Source, split: Split, ledger: UsageLedger,
+                phase: str, **kw: Any) -> Context:
+        judge_llm = self._llm(self.judge_spec, ledger).bind(method.name, "judge") if self.judge_spec else None
+
+        async def judge(task: Task, answer: Answer):
+            return await self.bench.score(task, answer, judge_llm)
+
+        return cls(source=source, benchmark=self.bench, llm=self._llm(self.spec, ledger).bind(method.name, phase),
+                   embedder=self.embedder, store=self.store, seed=split.seed, split=split, judge=judge,
+                   progress=lambda msg: None, **kw)
+
+    async def _learn_all(self, pending: list) -> list[Cell]:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        cells = []
+        with Progress(TextColumn("[bold]learn[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TimeElapsedColumn(), console=self.console, disable=self.console is None,
+                      transient=False) as progress:
+            bar = progress.add_task("artifacts", total=len(pending))
+            for method, (source, split, guidance, tests) in pending:
+                ledger = UsageLedger()
+                inputs = self._artifact_inputs(method, source, split, guidance)
+                progress.update(bar, description=f"{method.name} on {source.id} (seed {split.seed})")
+
+                async def build(folder: Path, method=method, source=source, split=split, guidance=guidance,
+                                ledger=ledger) -> dict[str, Any]:
+                    ctx = self.context(LearnContext, method, source, split, ledger, "learn", workdir=folder)
+                    stats = await method.learn(source, guidance, ctx) or {}
+                    stats["usage"] = ledger.snapshot()
+                    return stats
+
+                try:
+                    folder = await self.store.get_or_build(f"method/{method.name}", inputs, build)
+                finally:
+                    self._flush_usage(ledger, source.id, split.seed if method.uses_guidance else None)
+                cells.append(Cell(method, source, split, tests, folder, UsageLedger()))
+                progress.advance(bar)
+        return cells
+
+    # -- test phase ------------------------------------------------------------------------------
+    async def _test_all(self, cells: list[Cell], done: set) -> None:
+        os.environ["INSPECT_DISPLAY"] = self.cfg.display
+        from inspect_ai import eval_async
+
+        import harness.providers._registry  # noqa: F401
+
+        from .inspect_tasks import cell_task
+
+        tasks = []
+        for cell in cells:
+            todo = [t for t in cell.tests if (self.bench.name, cell.source.id, cell.method.name, cell.split.seed, t.id)
+                    not in done]
+            if todo:
+                tasks.append(cell_task(self, cell, todo))
+        if not tasks:
+            return
+        self.log(f"test phase: {len(tasks)} cell(s), {sum(len(t.dataset) for t in tasks)} task(s); "
+                 f"logs in {self.out / 'logs'}")
+        logs = await eval_async(
+            tasks, model=self.spec.name, log_dir=str(self.out / "logs"),
+            max_samples=self.cfg.max_samples, fail_on_error=False, score_display=False,
+            max_tasks=max(1, min(len(tasks), 4)),
+        )
+        errors = [s.error.message for log in logs for s in (log.samples or []) if s.error]
+        unreachable = [e for e in errors if "ModelUnavailableError" in e or "unreachable" in e]
+        if unreachable:
+            raise ModelUnavailableError(unreachable[0].strip().splitlines()[-1][:300])
+        if errors:
+            self.log(f"[yellow]{len(errors)} task(s) raised errors and were not scored; re-run to retry them "
+                     f"(first: {errors[0].strip().splitlines()[-1][:200]})[/]")
+
+    def result_row(self, cell: Cell, task: Task, answer: Answer, score: Any) -> dict[str, Any]:
+        failed = bool(answer.failed or score.failed)
+        return {
+            "run_id": self.run_id, "benchmark": self.bench.name, "source": cell.source.id,
+            "method": cell.method.name, "method_version": cell.method.version, "seed": cell.split.seed,
+            "split_id": cell.split.split_id, "task_id": task.id, "group": task.group, "item_hash": task.item_hash,
+            "score": 0.0 if failed else float(score.value), "correct": False if failed else bool(score.correct),
+            "failed": failed, "failure_reason": answer.failure_reason or score.failure_reason,
+            "answer": answer.text, "reference": task.reference, "evidence_ids": answer.evidence_ids,
+            "context_tokens": answer.context_tokens,
+            "judge": {"name": score.judge, "details": score.details},
+            "model": self.spec.name, "judge_model": self.judge_spec.name if self.judge_spec else None,
+            "artifact": cell.artifact.name, "metadata": {**task.metadata, **answer.metadata},
+        }

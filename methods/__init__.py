@@ -1,0 +1,1 @@
+"""Methods under comparison. Each is registered under ``sourcebench.methods`` (see pyproject.toml)."""
