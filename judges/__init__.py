@@ -1,0 +1,1 @@
+"""Scorers: official benchmark evaluators and judges."""
