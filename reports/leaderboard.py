@@ -1,0 +1,683 @@
+"""The leaderboard report of a run folder: ``leaderboard.md``, ``leaderboard.csv``, ``leaderboard.html``.
+
+Everything is recomputed from the files of the run folder (docs/results-format.md) with a seed, so a
+report can be regenerated at any time and gives the same numbers. The numbers are computed once
+(``summarize``) into plain dicts, laid out once as neutral tables (``build_tables``), and only then
+written as Markdown, HTML and CSV, so the three files cannot disagree.
+
+Only the run.json fields named in the format doc are read, model settings are reduced to a
+whitelist, and every free text is passed through ``_safe``, which masks anything shaped like a
+credential: a report is meant to be shared, and error messages or commands can echo keys.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import numpy as np
+
+from harness.errors import DataError
+from harness.io import atomic_write_text, iter_jsonl, read_json, require_fields
+
+from .stats import (
+    AGGREGATION_RULE,
+    CI_METHOD,
+    bootstrap_ci,
+    holm,
+    macro_accuracy,
+    paired_test,
+    per_seed_accuracy,
+    sort_key,
+)
+
+PHASES = ("learn", "answer", "judge")
+RESULT_KEY = ("benchmark", "source", "method", "seed", "task_id")
+NA = "—"
+NOT_RUN = "not run"
+TEST_NAMES = {
+    "mcnemar_exact": "exact McNemar (binomial test on discordant pairs; binary scores)",
+    "paired_permutation": "paired sign-flip permutation test of the mean difference (graded scores)",
+}
+
+
+# ----------------------------------------------------------------------------------------- loading
+
+
+@dataclass
+class RunData:
+    """The parsed files of one run folder; optional files that are absent are empty lists."""
+
+    run_dir: Path
+    run: dict[str, Any]
+    results: list[dict[str, Any]]
+    usage: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _optional_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Counters and failure logs are appended like results, so a torn last line is tolerated too."""
+    return [row for _, row in iter_jsonl(path, tolerate_torn_tail=True)] if path.exists() else []
+
+
+def load_run(run_dir: str | Path) -> RunData:
+    """Read a run folder; result rows are deduplicated on their key, keeping the last one written.
+
+    The last row wins because a resumed or re-scored task appends a newer row after the old one.
+    """
+    run_dir = Path(run_dir)
+    run_path, results_path = run_dir / "run.json", run_dir / "results.jsonl"
+    for path, why in ((run_path, "not a run folder?"), (results_path, "no task has been scored yet?")):
+        if not path.is_file():
+            raise DataError(f"{path}: file not found ({why})")
+    run = read_json(run_path)
+    if not isinstance(run, dict):
+        raise DataError(f"{run_path}: expected a JSON object, got {type(run).__name__}")
+    rows: dict[tuple, dict[str, Any]] = {}
+    for line, row in iter_jsonl(results_path, tolerate_torn_tail=True):
+        require_fields(results_path, line, row, [*RESULT_KEY, "score"])
+        rows[tuple(row[k] for k in RESULT_KEY)] = row
+    return RunData(
+        run_dir=run_dir,
+        run=run,
+        results=list(rows.values()),
+        usage=_optional_jsonl(run_dir / "usage.jsonl"),
+        failures=_optional_jsonl(run_dir / "failures.jsonl"),
+    )
+
+
+# ------------------------------------------------------------------------------------ safe text
+
+_SECRET_PATTERNS = [
+    # well-known key prefixes: OpenAI/Anthropic (sk-), Hugging Face, GitHub, Slack, AWS, Google
+    re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\b(?:hf|ghp|gho|ghs|ghu|github_pat|xox[abpr])_[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\bAKIA[0-9A-Z]{12,}\b"),
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"),
+    # long random-looking strings mixing upper case, lower case and digits (hex hashes are spared)
+    re.compile(r"\b(?=[A-Za-z0-9_\-]*[A-Z])(?=[A-Za-z0-9_\-]*[a-z])(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{32,}"),
+]
+# "api_key=...", "--api-key ...", "Authorization: Bearer ...": keep the name, mask the value
+_SECRET_ASSIGN = re.compile(
+    r"(?i)((?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|secret|password|passwd)[\"']?\s*[:= ]\s*"
+    r"[\"']?|authorization[\"']?\s*:\s*(?:bearer\s+)?|\bbearer\s+)(?!\*\*\*)[^\s\"',;]+"
+)
+
+
+def _safe(value: Any) -> str:
+    """Text with anything credential-shaped masked (``***``)."""
+    text = "" if value is None else str(value)
+    text = _SECRET_ASSIGN.sub(r"\1***", text)
+    for pat in _SECRET_PATTERNS:
+        text = pat.sub("***", text)
+    return text
+
+
+def _safe_url(url: Any) -> str:
+    """A base URL without user:password, query or fragment (where tokens sometimes ride along)."""
+    try:
+        parts = urlsplit(str(url))
+    except ValueError:
+        return _safe(url)
+    netloc = parts.netloc.rsplit("@", 1)[-1]
+    return _safe(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
+
+
+_MODEL_SETTINGS = ("base_url", "temperature", "max_tokens", "seed", "context_window")
+_EMBEDDER_SETTINGS = ("model", "revision", "dim", "dimensions", "base_url")
+
+
+def _describe(settings: Any, keys: tuple[str, ...]) -> str:
+    """'name (k=v, ...)' from a whitelist of keys; never the whole dict (it could hold a key)."""
+    if settings is None or settings == {}:
+        return "none"
+    if not isinstance(settings, dict):
+        return _safe(settings)
+    parts = [
+        f"{k}={_safe_url(settings[k]) if k == 'base_url' else _safe(settings[k])}"
+        for k in keys
+        if settings.get(k) is not None
+    ]
+    name = _safe(settings.get("name") or settings.get("model") or "unnamed")
+    return f"{name} ({', '.join(parts)})" if parts else name
+
+
+def _deviations(run: dict[str, Any]) -> list[tuple[str, str]]:
+    """(method, deviation) pairs declared in run.json's methods, whatever shape each entry has."""
+    out = []
+    for m in run.get("methods") or []:
+        if not isinstance(m, dict):
+            continue
+        dev = m.get("deviations")
+        if isinstance(dev, dict):
+            items = [f"{k}: {v}" for k, v in dev.items()]
+        elif isinstance(dev, list):
+            items = dev
+        else:
+            items = [dev] if dev else []
+        out += [(_safe(m.get("name")), _safe(d)) for d in items if d not in (None, "")]
+    return out
+
+
+# ------------------------------------------------------------------------------------ numbers
+
+
+def _sum(v: Any) -> int:
+    return int(v or 0)
+
+
+def _cost(usage: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """phase -> {calls, calls_live, tokens, tokens_live, failed}; logical = live + cached."""
+    out: dict[str, dict[str, int]] = {}
+    for u in usage:
+        c = out.setdefault(
+            str(u.get("phase") or "other"),
+            dict.fromkeys(("calls", "calls_live", "tokens", "tokens_live", "failed"), 0),
+        )
+        calls = _sum(u.get("calls"))
+        tokens = _sum(u.get("input_tokens")) + _sum(u.get("output_tokens"))
+        status = u.get("status")
+        if status == "failed":
+            c["failed"] += calls
+        elif status in ("live", "cached"):
+            c["calls"] += calls
+            c["tokens"] += tokens
+            if status == "live":
+                c["calls_live"] += calls
+                c["tokens_live"] += tokens
+    return out
+
+
+def _benchmarks(data: RunData) -> list[str]:
+    declared = data.run.get("benchmark")
+    names = set(declared if isinstance(declared, list) else [declared] if declared else [])
+    names |= {r["benchmark"] for r in data.results}
+    names |= {u["benchmark"] for u in data.usage if u.get("benchmark")}
+    return sorted(names, key=sort_key)
+
+
+def _methods(data: RunData, benchmark: str) -> list[str]:
+    """Methods configured in run.json plus any that left results or usage for this benchmark."""
+    names = [m.get("name") for m in data.run.get("methods") or [] if isinstance(m, dict)]
+    names += [r["method"] for r in data.results if r["benchmark"] == benchmark]
+    names += [u.get("method") for u in data.usage if u.get("benchmark") == benchmark]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot: int = 2000) -> list[dict]:
+    """One dict per benchmark with one dict per method holding every number the report shows."""
+    out = []
+    for bench in _benchmarks(data):
+        rows_by = defaultdict(list)
+        for r in data.results:
+            if r["benchmark"] == bench:
+                rows_by[r["method"]].append(r)
+        base_rows = rows_by.get(baseline, [])
+        base_acc = macro_accuracy(base_rows) if base_rows else None
+        entries = []
+        for method in _methods(data, bench):
+            rows = rows_by.get(method, [])
+            e: dict[str, Any] = {
+                "method": method,
+                "is_baseline": method == baseline,
+                "status": "ok" if rows else NOT_RUN,
+            }
+            e["cost"] = _cost(
+                [u for u in data.usage if u.get("benchmark") == bench and u.get("method") == method]
+            )
+            e["failed_calls"] = sum(c["failed"] for c in e["cost"].values())
+            if rows:
+                e.update(_method_numbers(rows, base_rows, method == baseline, seed, n_boot))
+                if base_acc is not None and method != baseline:
+                    e["delta_pp"] = 100.0 * (e["accuracy"] - base_acc)
+            entries.append(e)
+        adjusted = holm({e["method"]: e.get("p_value") for e in entries})
+        for e in entries:
+            e["p_holm"] = adjusted[e["method"]]
+        ran = sorted(
+            (e for e in entries if e["status"] == "ok" and not e["is_baseline"]),
+            key=lambda e: (-e["accuracy"], str(e["method"])),
+        )
+        first = [e for e in entries if e["status"] == "ok" and e["is_baseline"]]
+        rest = sorted((e for e in entries if e["status"] != "ok"), key=lambda e: str(e["method"]))
+        sources = sorted({r["source"] for r in data.results if r["benchmark"] == bench}, key=sort_key)
+        out.append(
+            {
+                "benchmark": bench,
+                "baseline": baseline,
+                "baseline_present": bool(base_rows),
+                "methods": first + ran + rest,
+                "sources": sources,
+            }
+        )
+    return out
+
+
+def _method_numbers(rows, base_rows, is_baseline, seed, n_boot) -> dict[str, Any]:
+    lo, hi = bootstrap_ci(rows, n_boot=n_boot, seed=seed)
+    seeds = per_seed_accuracy(rows)
+    vals = list(seeds.values())
+    e: dict[str, Any] = {
+        "accuracy": macro_accuracy(rows),
+        "ci_lo": lo,
+        "ci_hi": hi,
+        "n_tasks": len({(r["source"], r["task_id"]) for r in rows}),
+        "n_rows": len(rows),
+        "failed_rows": sum(1 for r in rows if r.get("failed")),
+        "failure_reasons": Counter(_kind(r.get("failure_reason")) for r in rows if r.get("failed")),
+        "seed_acc": seeds,
+        "seed_mean": float(np.mean(vals)),
+        "seed_sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else None,
+        "per_source": {
+            s: macro_accuracy([r for r in rows if r["source"] == s])
+            for s in sorted({r["source"] for r in rows}, key=sort_key)
+        },
+    }
+    if base_rows and not is_baseline:
+        t = paired_test(rows, base_rows, seed=seed)
+        e.update(test=t["test"], n_pairs=t["n_pairs"], p_value=t["p_value"])
+    return e
+
+
+def _kind(reason: Any) -> str:
+    """The part of a failure message before its first ':' (e.g. 'context_overflow'), masked."""
+    text = _safe(reason).split(":", 1)[0].strip() or "unspecified"
+    return text[:60]
+
+
+# ------------------------------------------------------------------------------------ tables
+
+
+@dataclass
+class Table:
+    """A rendered-format-neutral table: every cell is already display text."""
+
+    title: str
+    header: list[str]
+    rows: list[list[str]]
+    note: str = ""
+
+
+def _pct(x: float | None) -> str:
+    return NA if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100.0 * x:.1f}"
+
+
+def _p(p: float | None) -> str:
+    if p is None:
+        return NA
+    mark = "***" if p < 0.001 else "**" if p < 0.01 else "*" if p < 0.05 else ""
+    text = "<0.001" if p < 0.001 else f"{p:.3f}"
+    return f"{text} {mark}".strip()
+
+
+def _count(total: int, live: int) -> str:
+    return f"{total:,} ({live:,} live)"
+
+
+def _phases(bench: dict) -> list[str]:
+    seen = {p for e in bench["methods"] for p in e["cost"]}
+    return [*PHASES, *sorted(seen - set(PHASES))]
+
+
+def _main_table(b: dict) -> Table:
+    rows = []
+    for e in b["methods"]:
+        name = _safe(e["method"]) + (" (baseline)" if e["is_baseline"] else "")
+        if e["status"] != "ok":
+            rows.append([name, NOT_RUN, NA, NA, "0", NA, NA, str(e["failed_calls"])])
+            continue
+        sd = f" ± {_pct(e['seed_sd'])}" if e["seed_sd"] is not None else " (1 seed)"
+        delta = f"{e['delta_pp']:+.1f}" if e.get("delta_pp") is not None else NA
+        rows.append(
+            [
+                name,
+                f"{_pct(e['accuracy'])} [{_pct(e['ci_lo'])}, {_pct(e['ci_hi'])}]",
+                delta,
+                _p(e.get("p_holm")),
+                str(e["n_tasks"]),
+                f"{e['failed_rows']}/{e['n_rows']}",
+                _pct(e["seed_mean"]) + sd,
+                str(e["failed_calls"]),
+            ]
+        )
+    tests = sorted({e["test"] for e in b["methods"] if e.get("test")})
+    notes = [
+        f"Paired test vs {_safe(b['baseline'])}: " + "; ".join(TEST_NAMES[t] for t in tests) + "."
+        if tests
+        else ""
+    ]
+    if not b["baseline_present"]:
+        notes.append(
+            f"Baseline {_safe(b['baseline'])} has no results for this benchmark: "
+            f"Δ and p are not computed ({NA})."
+        )
+    return Table(
+        f"{b['benchmark']}: leaderboard",
+        [
+            "method",
+            "accuracy % [95% CI]",
+            "Δ vs baseline (pp)",
+            "p (Holm)",
+            "n tasks",
+            "failed tasks / rows",
+            "seeds: mean ± sd %",
+            "failed calls",
+        ],
+        rows,
+        " ".join(n for n in notes if n),
+    )
+
+
+def _cost_table(b: dict) -> Table:
+    phases = _phases(b)
+    header = ["method"] + [f"{p} {what}" for p in phases for what in ("calls", "tokens")] + ["failed calls"]
+    rows = []
+    for e in b["methods"]:
+        cells = [_safe(e["method"])]
+        for p in phases:
+            c = e["cost"].get(p, {"calls": 0, "calls_live": 0, "tokens": 0, "tokens_live": 0})
+            cells += [_count(c["calls"], c["calls_live"]), _count(c["tokens"], c["tokens_live"])]
+        rows.append(cells + [str(e["failed_calls"])])
+    return Table(
+        f"{b['benchmark']}: cost",
+        header,
+        rows,
+        "Logical calls = live + cached (live in parentheses); tokens = input + output.",
+    )
+
+
+def _seed_table(b: dict) -> Table:
+    seeds = sorted({s for e in b["methods"] for s in e.get("seed_acc", {})}, key=sort_key)
+    rows = [
+        [_safe(e["method"])]
+        + ([_pct(e["seed_acc"].get(s)) for s in seeds] if e["status"] == "ok" else [NOT_RUN] * len(seeds))
+        for e in b["methods"]
+    ]
+    return Table(
+        f"{b['benchmark']}: accuracy % per split seed",
+        ["method"] + [f"seed {s}" for s in seeds],
+        rows,
+        "Each seed: mean over sources of the source's mean score.",
+    )
+
+
+def _source_table(b: dict) -> Table:
+    ms = b["methods"]
+    rows = [
+        [_safe(s)] + [_pct(e["per_source"].get(s)) if e["status"] == "ok" else NOT_RUN for e in ms]
+        for s in b["sources"]
+    ]
+    return Table(
+        f"{b['benchmark']}: accuracy % per source",
+        ["source"] + [_safe(e["method"]) for e in ms],
+        rows,
+        "Each source: mean over seeds of the source's mean score.",
+    )
+
+
+def _failure_table(data: RunData, summary: list[dict]) -> Table:
+    calls = Counter(
+        (f.get("benchmark"), f.get("method"), f.get("phase"), _kind(f.get("error"))) for f in data.failures
+    )
+    rows = [
+        [_safe(b), _safe(m), "failed call", _safe(p), k, str(n)]
+        for (b, m, p, k), n in sorted(calls.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
+    ]
+    for b in summary:
+        for e in b["methods"]:
+            for k, n in sorted(e.get("failure_reasons", {}).items()):
+                rows.append([_safe(b["benchmark"]), _safe(e["method"]), "scored failure (0)", NA, k, str(n)])
+    return Table(
+        "Failures",
+        ["benchmark", "method", "what", "phase", "kind", "count"],
+        rows,
+        "Failed calls from failures.jsonl; scored failures from results.jsonl, counted as 0.",
+    )
+
+
+def _provenance(data: RunData, seed: int, n_boot: int) -> list[Table]:
+    run = data.run
+    info = [
+        ("run id", _safe(run.get("run_id"))),
+        ("created", _safe(run.get("created"))),
+        ("command", _safe(run.get("command"))),
+        ("git commit", _safe(run.get("git_commit") or "unknown")),
+        ("model", _describe(run.get("model"), _MODEL_SETTINGS)),
+        ("judge model", _describe(run.get("judge_model"), _MODEL_SETTINGS)),
+        ("embedder", _describe(run.get("embedder"), _EMBEDDER_SETTINGS)),
+        ("split seeds", ", ".join(_safe(s) for s in run.get("seeds") or []) or NA),
+        ("task limit", _safe(run.get("limit")) if run.get("limit") is not None else "none"),
+        ("report bootstrap", f"{n_boot} resamples, seed {seed}"),
+    ]
+    methods = [
+        [
+            _safe(m.get("name")),
+            _safe(m.get("version")),
+            "; ".join(d for n, d in _deviations({"methods": [m]})) or "none",
+        ]
+        for m in run.get("methods") or []
+        if isinstance(m, dict)
+    ]
+    sources = [
+        [_safe(s.get(k)) for k in ("id", "origin", "fingerprint", "n_elements")]
+        for s in run.get("sources") or []
+        if isinstance(s, dict)
+    ]
+    versions = run.get("versions") or {}
+    flat = {}
+    if isinstance(versions, dict):
+        for k, v in versions.items():
+            flat.update({f"{k}/{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v})
+    return [
+        Table("Run", ["field", "value"], [list(kv) for kv in info]),
+        Table("Methods", ["method", "version", "deviations"], methods),
+        Table("Sources", ["id", "origin", "fingerprint", "n elements"], sources),
+        Table("Versions", ["component", "version"], [[_safe(k), _safe(v)] for k, v in sorted(flat.items())]),
+    ]
+
+
+def caption(data: RunData, baseline: str, seed: int, n_boot: int) -> list[str]:
+    """The sentences every rendering starts with: how each number was computed and on what."""
+    run = data.run
+    devs = _deviations(run)
+    seeds = ", ".join(_safe(s) for s in run.get("seeds") or []) or NA
+    return [
+        f"Macro accuracy (%): {AGGREGATION_RULE}.",
+        f"95% CI: {CI_METHOD} ({n_boot} resamples, seed {seed}).",
+        f"Δ: accuracy minus the baseline's ({_safe(baseline)}), in percentage points.",
+        (
+            "p: two-sided paired test against the baseline on the same (source, seed, task) items "
+            "(exact McNemar for binary scores, sign-flip permutation test for graded scores), "
+            "Holm-Bonferroni adjusted across the methods of each benchmark; "
+            "* p<0.05, ** p<0.01, *** p<0.001."
+        ),
+        "n tasks: distinct test tasks; failed tasks / rows: scored failures over task x seed rows.",
+        (
+            f"Model: {_describe(run.get('model'), _MODEL_SETTINGS)}; judge: "
+            f"{_describe(run.get('judge_model'), _MODEL_SETTINGS)}; embedder: "
+            f"{_describe(run.get('embedder'), _EMBEDDER_SETTINGS)}; seeds: {seeds}; git commit: "
+            f"{_safe(run.get('git_commit') or 'unknown')}."
+        ),
+        "Deviations: " + ("; ".join(f"{m}: {d}" for m, d in devs) if devs else "none declared") + ".",
+    ]
+
+
+def build_tables(data: RunData, summary: list[dict]) -> list[tuple[str, list[Table]]]:
+    """(section title, tables) in display order."""
+    sections = [
+        (_safe(b["benchmark"]), [_main_table(b), _cost_table(b), _seed_table(b), _source_table(b)])
+        for b in summary
+    ]
+    if data.failures or any(e.get("failure_reasons") for b in summary for e in b["methods"]):
+        sections.append(("Failures", [_failure_table(data, summary)]))
+    return sections
+
+
+# ------------------------------------------------------------------------------------ rendering
+
+
+def _md_cell(text: str) -> str:
+    """Cell text that cannot break the table or open an HTML tag ('<' before a letter, '/', '!')."""
+    text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    return re.sub(r"<(?=[A-Za-z/!?])", r"\\<", text)
+
+
+def _md_table(t: Table) -> str:
+    lines = [
+        f"**{_md_cell(t.title)}**",
+        "",
+        "| " + " | ".join(_md_cell(h) for h in t.header) + " |",
+        "|" + "|".join("---" for _ in t.header) + "|",
+    ]
+    lines += ["| " + " | ".join(_md_cell(c) for c in r) + " |" for r in t.rows]
+    if t.note:
+        lines += ["", f"*{_md_cell(t.note)}*"]
+    return "\n".join(lines) + "\n"
+
+
+def render_markdown(title: str, cap: list[str], sections, provenance: list[Table]) -> str:
+    parts = [f"# {title}", "", *(f"- {_md_cell(c)}" for c in cap), ""]
+    for name, tables in sections:
+        parts += [f"## {_md_cell(name)}", ""] + [_md_table(t) for t in tables]
+    parts += ["## Provenance", ""] + [_md_table(t) for t in provenance]
+    return "\n".join(parts)
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:80rem;
+color:#1a1a1a;line-height:1.4;padding:0 1rem}
+table{border-collapse:collapse;margin:.5rem 0 1.5rem;font-size:.9rem}
+caption{text-align:left;font-weight:600;padding:.3rem 0}
+th,td{border:1px solid #ccc;padding:.25rem .55rem;vertical-align:top}
+th{background:#f2f2f2;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
+tbody tr:nth-child(even){background:#fafafa}.note{color:#555;font-size:.85rem;margin-top:-1rem}
+ul.caption{color:#333;font-size:.9rem}
+"""
+
+
+def _html_table(t: Table) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in t.header)
+    cell = lambda i, c: f'<td class="num">{esc(c)}</td>' if i else f"<td>{esc(c)}</td>"
+    body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in t.rows)
+    note = f'<p class="note">{esc(t.note)}</p>' if t.note else ""
+    return (
+        f"<table><caption>{esc(t.title)}</caption><thead><tr>{head}</tr></thead>"
+        f"<tbody>{body}</tbody></table>{note}\n"
+    )
+
+
+def render_html(title: str, cap: list[str], sections, provenance: list[Table]) -> str:
+    esc = html.escape
+    out = [
+        '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+        f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>",
+        f"<h1>{esc(title)}</h1>",
+        '<ul class="caption">' + "".join(f"<li>{esc(c)}</li>" for c in cap) + "</ul>",
+    ]
+    for name, tables in sections:
+        out.append(f"<section><h2>{esc(name)}</h2>" + "".join(_html_table(t) for t in tables) + "</section>")
+    out.append(
+        '<section id="provenance"><h2>Provenance</h2>'
+        + "".join(_html_table(t) for t in provenance)
+        + "</section></body></html>\n"
+    )
+    return "\n".join(out)
+
+
+def _num(x: Any, fmt: str = "{:.4f}") -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return ""
+    return fmt.format(x)
+
+
+def _pct_num(x: float | None) -> str:
+    return _num(None if x is None else 100.0 * x)
+
+
+def render_csv(summary: list[dict], seeds: list[Any]) -> str:
+    """One row per benchmark x method; percentages in %, empty cells where a number does not exist."""
+    phases = [*PHASES, *sorted({p for b in summary for e in b["methods"] for p in e["cost"]} - set(PHASES))]
+    header = [
+        "benchmark",
+        "method",
+        "status",
+        "is_baseline",
+        "accuracy_pct",
+        "ci_lo_pct",
+        "ci_hi_pct",
+        "delta_pp",
+        "test",
+        "n_pairs",
+        "p_value",
+        "p_holm",
+        "n_tasks",
+        "n_rows",
+        "failed_rows",
+        "seed_mean_pct",
+        "seed_sd_pct",
+        *[f"acc_seed{s}_pct" for s in seeds],
+    ]
+    header += [f"{p}_{w}" for p in phases for w in ("calls", "calls_live", "tokens", "tokens_live", "failed")]
+    header += ["failed_calls"]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for b in summary:
+        for e in b["methods"]:
+            row = [
+                _safe(b["benchmark"]),
+                _safe(e["method"]),
+                e["status"],
+                int(e["is_baseline"]),
+                _pct_num(e.get("accuracy")),
+                _pct_num(e.get("ci_lo")),
+                _pct_num(e.get("ci_hi")),
+                _num(e.get("delta_pp")),
+                e.get("test") or "",
+                _num(e.get("n_pairs"), "{}"),
+                _num(e.get("p_value"), "{:.6g}"),
+                _num(e.get("p_holm"), "{:.6g}"),
+                e.get("n_tasks", 0),
+                e.get("n_rows", 0),
+                e.get("failed_rows", 0),
+                _pct_num(e.get("seed_mean")),
+                _pct_num(e.get("seed_sd")),
+                *[_pct_num(e.get("seed_acc", {}).get(s)) for s in seeds],
+            ]
+            for p in phases:
+                c = e["cost"].get(p, {})
+                row += [c.get(k, 0) for k in ("calls", "calls_live", "tokens", "tokens_live", "failed")]
+            w.writerow(row + [e["failed_calls"]])
+    return buf.getvalue()
+
+
+def write_report(
+    run_dir: str | Path,
+    out_dir: str | Path | None = None,
+    baseline: str = "hybrid_rag",
+    seed: int = 0,
+    n_boot: int = 2000,
+) -> dict[str, Path]:
+    """Write leaderboard.md/.csv/.html into ``out_dir`` (default ``<run_dir>/report``); return their paths."""
+    data = load_run(run_dir)
+    out = Path(out_dir) if out_dir is not None else data.run_dir / "report"
+    summary = summarize(data, baseline=baseline, seed=seed, n_boot=n_boot)
+    cap = caption(data, baseline, seed, n_boot)
+    sections = build_tables(data, summary)
+    prov = _provenance(data, seed, n_boot)
+    title = f"SourceBench leaderboard: run {_safe(data.run.get('run_id') or data.run_dir.name)}"
+    seeds = sorted({s for b in summary for e in b["methods"] for s in e.get("seed_acc", {})}, key=sort_key)
+    paths = {"md": out / "leaderboard.md", "csv": out / "leaderboard.csv", "html": out / "leaderboard.html"}
+    atomic_write_text(paths["md"], render_markdown(title, cap, sections, prov))
+    atomic_write_text(paths["csv"], render_csv(summary, seeds))
+    atomic_write_text(paths["html"], render_html(title, cap, sections, prov))
+    return paths
