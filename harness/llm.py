@@ -253,7 +253,11 @@ class LLM:
         max_tokens: int | None = None,
         temperature: float | None = None,
         schema: type[BaseModel] | None = None,
+        max_retries: int | None = None,
+        timeout: int | None = None,
     ) -> CallResult:
+        """One call. ``max_retries``/``timeout`` override inspect's retry policy (the preflight probe
+        uses a short one so an unreachable endpoint fails in seconds, not after a long backoff)."""
         msgs = _norm_messages(messages)
         mt = max_tokens or self.spec.max_tokens
         temp = self.spec.temperature if temperature is None else temperature
@@ -281,6 +285,10 @@ class LLM:
             cfg["reasoning_effort"] = self.spec.reasoning_effort
         if self.spec.max_connections:
             cfg["max_connections"] = self.spec.max_connections
+        if max_retries is not None:
+            cfg["max_retries"] = max_retries
+        if timeout is not None:
+            cfg["timeout"] = timeout
         if schema is not None:
             cfg["response_schema"] = ResponseSchema(name=schema.__name__[:64], json_schema=to_json_schema(schema), strict=True)
         model = self.inspect_model()
@@ -292,7 +300,9 @@ class LLM:
         except Exception as e:
             if _is_connection_error(e):
                 where = self.spec.resolved_base_url() or self.spec.name
-                raise ModelUnavailableError(f"model endpoint {where} is unreachable ({type(e).__name__})") from None
+                cause = [x for x in _chain(e)][-1]
+                raise ModelUnavailableError(f"model endpoint {where} is unreachable ({type(cause).__name__}: "
+                                            f"{str(cause)[:120]})") from None
             err = _short_error(e)
             self.ledger.add_failure(method, phase, stage, err)
             self.ledger.add(method, phase, stage, "failed", 0, 0, time.perf_counter() - t0)

