@@ -69,14 +69,21 @@ def _method_configs(items: list[str] | None) -> dict[str, dict[str, Any]]:
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line (naming the option), not a usage dump."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="sourcebench",
         description="SourceBench: compare source-learning methods (SourceLearn and baselines) on seeded "
         "guidance/test splits of real benchmarks, with any inspect-ai model.",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = p.add_subparsers(dest="cmd", metavar="COMMAND")
+    sub = p.add_subparsers(dest="cmd", metavar="COMMAND", parser_class=_Parser)
 
     r = sub.add_parser("run", help="learn and test methods on a benchmark, then write the leaderboard",
                        description="Learn each (method, source, split) once, freeze the artifact, run the test "
@@ -120,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--data-dir", type=Path)
 
     j = sub.add_parser("judge", help="score a responses file with an official evaluator")
-    jsub = j.add_subparsers(dest="judge_cmd", metavar="EVALUATOR")
+    jsub = j.add_subparsers(dest="judge_cmd", metavar="EVALUATOR", parser_class=_Parser)
     ja = jsub.add_parser("apibench", help="the APIBench AST evaluator (official verdicts)")
     ja.add_argument("--hub", required=True, choices=["torchhub", "huggingface", "tensorflowhub"])
     ja.add_argument("--responses", required=True, type=Path, help="JSON lines of {question_id, text}")

@@ -27,6 +27,12 @@ _BUILTIN_METHODS = {
     "raptor": "methods.raptor:RAPTOR",
     "hipporag2": "methods.hipporag2:HippoRAG2",
     "awm": "methods.awm:AWM",
+    "sourcelearn": "methods.sourcelearn.method:SourceLearn",
+    "sourcelearn-m0": "methods.sourcelearn.method:SourceLearnM0",
+    "sourcelearn-ms": "methods.sourcelearn.method:SourceLearnMS",
+    "sourcelearn-wo-self": "methods.sourcelearn.method:SourceLearnWithoutSelf",
+    "sourcelearn-wo-cross": "methods.sourcelearn.method:SourceLearnLocal",
+    "sourcelearn-wo-failure": "methods.sourcelearn.method:SourceLearnWithoutFailure",
 }
 _BUILTIN_BENCHMARKS = {
     "phantomwiki": "adapters.phantomwiki:PhantomWiki",

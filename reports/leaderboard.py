@@ -198,6 +198,8 @@ def _cost(usage: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
 
 def _benchmarks(data: RunData) -> list[str]:
     declared = data.run.get("benchmark")
+    if isinstance(declared, dict):  # run.json stores the benchmark's description
+        declared = declared.get("name")
     names = set(declared if isinstance(declared, list) else [declared] if declared else [])
     names |= {r["benchmark"] for r in data.results}
     names |= {u["benchmark"] for u in data.usage if u.get("benchmark")}

@@ -109,7 +109,13 @@ class ScriptedModel(ModelAPI):
         super().__init__(model_name=model_name, base_url=base_url, api_key=api_key, config=config)
 
     async def generate(self, input, tools, tool_choice, config):  # type: ignore[override]
+        import asyncio
         import json
+        import os
+
+        delay = float(os.environ.get("SOURCEBENCH_SCRIPTED_DELAY", "0") or 0)
+        if delay:  # lets tests interrupt a run midway
+            await asyncio.sleep(delay)
 
         msgs = [{"role": m.role, "content": m.text} for m in input]
         prompt = "\n".join(m["content"] for m in msgs)

@@ -1,0 +1,156 @@
+"""End-to-end: the CLI as a user runs it, on real data, with the deterministic scripted model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from tests.conftest import SHARED_DATA, need_data
+
+pytestmark = pytest.mark.slow
+
+
+def rows(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines() if line.strip()]
+
+
+def live_calls(out: Path) -> int:
+    return sum(json.loads(line)["calls"] for line in (out / "usage.jsonl").read_text().splitlines()
+               if json.loads(line)["status"] == "live")
+
+
+def run_cli(*args: str) -> int:
+    return main(list(args))
+
+
+def test_phantomwiki_run_report_and_rerun(tmp_path, capsys):
+    need_data("phantomwiki")
+    out = tmp_path / "pw"
+    args = ["run", "--benchmark", "phantomwiki", "--methods", "hybrid_rag,no_source", "--model",
+            "scripted/extractive", "--limit", "6", "--seeds", "0,1", "--embedder", "hash", "--out", str(out),
+            "--data-dir", str(SHARED_DATA)]
+    assert run_cli(*args) == 0
+    r = rows(out)
+    assert len(r) == 2 * 2 * 6
+    assert len({(x["method"], x["seed"], x["task_id"]) for x in r}) == 24
+    by = {m: [x["score"] for x in r if x["method"] == m] for m in ("hybrid_rag", "no_source")}
+    # the extractive reader can only answer from evidence: retrieval must beat closed book
+    assert sum(by["hybrid_rag"]) > sum(by["no_source"])
+    # both methods see the same seeded test subset (paired comparison)
+    ids = {m: {(x["seed"], x["task_id"]) for x in r if x["method"] == m} for m in by}
+    assert ids["hybrid_rag"] == ids["no_source"]
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["model"]["name"] == "scripted/extractive" and "versions" in meta and "git_commit" in meta
+    assert (out / "splits" / "phantomwiki").is_dir()
+    html = (out / "report" / "leaderboard.html").read_text()
+    assert "hybrid_rag" in html and "no_source" in html
+    calls_before = live_calls(out)
+    assert calls_before > 0
+    capsys.readouterr()
+    t0 = time.time()
+    assert run_cli(*args) == 0
+    assert live_calls(out) == calls_before  # a finished run re-run makes zero model calls
+    assert len(rows(out)) == 24
+    assert "0 live model call(s)" in capsys.readouterr().out
+    assert time.time() - t0 < 60
+
+
+def test_apibench_torchhub_end_to_end(tmp_path):
+    need_data("apibench")
+    out = tmp_path / "api"
+    assert run_cli("run", "--benchmark", "apibench", "--sources", "torchhub", "--methods", "hybrid_rag",
+                   "--model", "scripted/extractive", "--limit", "5", "--seeds", "0", "--embedder", "hash",
+                   "--out", str(out), "--data-dir", str(SHARED_DATA)) == 0
+    r = rows(out)
+    assert len(r) == 5 and all(x["judge"]["name"] == "apibench_ast" for x in r)
+    assert all("hallucination" in x["judge"]["details"] for x in r)
+    assert (out / "report" / "leaderboard.md").exists()
+
+
+def test_swe_qa_with_source_tree_and_llm_judge(tmp_path):
+    need_data("swe_qa")
+    tree = tmp_path / "flask-src"
+    (tree / "src" / "flask").mkdir(parents=True)
+    (tree / "src" / "flask" / "json.py").write_text(
+        "class DefaultJSONProvider:\n    ensure_ascii = True\n\n    def dumps(self, obj):\n        return obj\n")
+    (tree / "README.md").write_text("# Flask\n\nA web framework.\n")
+    out = tmp_path / "swe"
+    assert run_cli("run", "--benchmark", "swe_qa", "--sources", "flask", "--opt", f"flask={tree}", "--methods",
+                   "hybrid_rag", "--model", "scripted/extractive", "--limit", "3", "--seeds", "0", "--embedder",
+                   "hash", "--out", str(out), "--data-dir", str(SHARED_DATA)) == 0
+    r = rows(out)
+    assert len(r) == 3 and all(x["judge"]["name"] == "llm_judge" for x in r)
+    assert all("prompt" in x["judge"]["details"] and "reply" in x["judge"]["details"] for x in r)
+    meta = json.loads((out / "run.json").read_text())
+    assert meta["sources"][0]["origin"] == str(tree) and meta["judge_model"]["name"] == "scripted/extractive"
+
+
+def _cmd(out: Path) -> list[str]:
+    return [sys.executable, "-m", "harness.cli", "run", "--benchmark", "phantomwiki", "--methods",
+            "hybrid_rag,no_source", "--model", "scripted/extractive", "--limit", "8", "--seeds", "0,1",
+            "--embedder", "hash", "--out", str(out), "--data-dir", str(SHARED_DATA), "--no-report"]
+
+
+def test_killed_run_resumes_to_identical_results(tmp_path):
+    need_data("phantomwiki")
+    ref, out = tmp_path / "ref", tmp_path / "killed"
+    env = {**os.environ, "SOURCEBENCH_SCRIPTED_DELAY": "0.15", "INSPECT_DISPLAY": "none"}
+    subprocess.run(_cmd(ref), check=True, env={**env, "SOURCEBENCH_SCRIPTED_DELAY": "0"}, capture_output=True)
+    p = subprocess.Popen(_cmd(out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        f = out / "results.jsonl"
+        if f.exists() and len(f.read_text().splitlines()) >= 5:
+            break
+        time.sleep(0.05)
+    p.send_signal(signal.SIGKILL)
+    p.wait()
+    partial = len((out / "results.jsonl").read_text().splitlines())
+    assert 0 < partial < 32, "the run should have been killed midway"
+    subprocess.run(_cmd(out), check=True, env={**env, "SOURCEBENCH_SCRIPTED_DELAY": "0"}, capture_output=True)
+    key = lambda x: (x["method"], x["seed"], x["task_id"])  # noqa: E731
+    a = sorted(rows(ref), key=key)
+    b = sorted(rows(out), key=key)
+    assert len(b) == 32 and len({key(x) for x in b}) == 32  # no duplicated or missing rows
+    strip = lambda x: {k: v for k, v in x.items() if k not in ("run_id",)}  # noqa: E731
+    assert [strip(x) for x in a] == [strip(x) for x in b]
+
+
+@pytest.mark.parametrize("case", ["missing_data", "malformed", "unknown_method", "unreachable"])
+def test_user_errors_are_one_line_without_traceback(tmp_path, case):
+    env = {**os.environ, "INSPECT_DISPLAY": "none"}
+    base = [sys.executable, "-m", "harness.cli", "run", "--benchmark", "phantomwiki", "--methods", "no_source",
+            "--model", "scripted/extractive", "--limit", "2", "--seeds", "0", "--embedder", "hash", "--out",
+            str(tmp_path / "out")]
+    if case == "missing_data":
+        cmd = base + ["--data-dir", str(tmp_path / "nowhere")]
+        expect = "phantomwiki: data folder not found"
+    elif case == "malformed":
+        inst = tmp_path / "d" / "phantomwiki" / "w"
+        inst.mkdir(parents=True)
+        (inst / "articles.json").write_text('[{"title": "A", "article": "# A\\n## F\\nx"}]')
+        (inst / "questions.json").write_text('[{"id": "1", "question": "q", "answer": ["a"], "type": 0},\n{oops}]')
+        cmd = base + ["--data-dir", str(tmp_path / "d")]
+        expect = "questions.json: invalid JSON at line 2"
+    elif case == "unknown_method":
+        cmd = base[:6] + ["--methods", "nope"] + base[8:]
+        expect = "unknown method 'nope'"
+    else:
+        cmd = base[:8] + ["--model", "openai-api/deadend/m"] + base[10:] + ["--data-dir", str(SHARED_DATA)]
+        env.update(DEADEND_BASE_URL="http://127.0.0.1:9/v1", DEADEND_API_KEY="sk-planted-secret-123")
+        expect = "http://127.0.0.1:9/v1 is unreachable"
+        need_data("phantomwiki")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
+    assert p.returncode != 0
+    err = p.stderr.strip()
+    assert "Traceback" not in p.stderr and "Traceback" not in p.stdout
+    assert len(err.splitlines()) == 1 and expect in err, err
+    assert "sk-planted-secret-123" not in err
