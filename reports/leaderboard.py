@@ -211,7 +211,8 @@ def _methods(data: RunData, benchmark: str) -> list[str]:
     names = [m.get("name") for m in data.run.get("methods") or [] if isinstance(m, dict)]
     names += [r["method"] for r in data.results if r["benchmark"] == benchmark]
     names += [u.get("method") for u in data.usage if u.get("benchmark") == benchmark]
-    return list(dict.fromkeys(n for n in names if n))
+    # "harness" (the endpoint probe) and "audit" are overheads of the run, not methods under comparison
+    return list(dict.fromkeys(n for n in names if n and n not in ("harness", "audit")))
 
 
 def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot: int = 2000) -> list[dict]:
