@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("data", help="say, for each benchmark, whether its data is present and how to get it")
     d.add_argument("--data-dir", type=Path)
 
+    from methods.sourcelearn.audit_cli import add_parser as add_audit_parser
+
+    add_audit_parser(sub)
+
     j = sub.add_parser("judge", help="score a responses file with an official evaluator")
     jsub = j.add_subparsers(dest="judge_cmd", metavar="EVALUATOR", parser_class=_Parser)
     ja = jsub.add_parser("apibench", help="the APIBench AST evaluator (official verdicts)")
@@ -229,6 +233,12 @@ def cmd_judge(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_audit(a: argparse.Namespace) -> int:
+    from methods.sourcelearn.audit_cli import run
+
+    return run(a)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -237,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     os.environ.setdefault("INSPECT_LOG_LEVEL", "warning")
     try:
-        return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "data": cmd_data, "judge": cmd_judge}[a.cmd](a)
+        return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "data": cmd_data, "judge": cmd_judge,
+                "audit": cmd_audit}[a.cmd](a)
     except SourceBenchError as e:
         print(f"sourcebench: error: {e}", file=sys.stderr)
         return e.exit_code
