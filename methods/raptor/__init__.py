@@ -1,0 +1,139 @@
+"""RAPTOR (Sarthi et al., ICLR 2024): a tree of recursive cluster summaries, retrieved as one pool.
+
+Learning builds one tree per source and backend (no guidance tasks): 100-token leaf chunks, then up
+to 5 layers of UMAP + Gaussian-mixture clusters summarised by the backend model (``chunking``,
+``clustering``, ``tree``). Answering embeds the question, takes the closest nodes of all layers
+(top 10 within 3,500 tokens, the "collapsed tree") and passes them to the shared answer prompt.
+Evidence ids are node ids (``raptor:L1:N3``); the source elements they cover are in
+``Answer.metadata["source_element_ids"]``.
+
+Defaults are the official ones (parthsarthi03/raptor; paper Appendix A.2 of SourceLearn). Where
+this implementation departs from the official code, ``RAPTOR.deviations`` says so.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
+
+from pydantic import Field
+
+from harness.data import Answer, Evidence, Source, Task
+from harness.errors import DataError
+from harness.method import Context, LearnContext, Method, MethodConfig
+
+from .chunking import chunk_elements
+from .clustering import ClusterParams
+
+if TYPE_CHECKING:
+    from .tree import Tree
+
+# ``.tree`` is imported where used, so that ``python -m methods.raptor.tree DIR`` runs it fresh.
+__all__ = ["RAPTOR", "RAPTORConfig", "summary_messages"]
+
+
+class RAPTORConfig(MethodConfig):
+    chunk_tokens: int = Field(100, ge=1)
+    num_layers: int = Field(5, ge=0)
+    reduction_dimension: int = Field(10, ge=1)
+    cluster_threshold: float = Field(0.1, gt=0, lt=1)
+    max_clusters: int = Field(50, ge=2)
+    local_neighbors: int = Field(10, ge=2)
+    max_cluster_tokens: int = Field(3500, ge=1)
+    umap_init: Literal["spectral", "random", "pca"] = "spectral"
+    summary_max_tokens: int = Field(100, ge=1)  # summarization_length of the official tree builder
+    retrieve_max_tokens: int = Field(3500, ge=1)
+    top_k: int = Field(10, ge=1)
+    seed: int = 224  # every UMAP / mixture fit; the official clustering module's seed
+
+    def cluster_params(self) -> ClusterParams:
+        return ClusterParams(
+            reduction_dimension=self.reduction_dimension, threshold=self.cluster_threshold,
+            max_clusters=self.max_clusters, local_neighbors=self.local_neighbors,
+            max_cluster_tokens=self.max_cluster_tokens, umap_init=self.umap_init, seed=self.seed,
+        )
+
+
+_SUMMARY_SYSTEM = "You condense source material into dense, faithful summaries."
+_SUMMARY_REQUEST = (
+    "Summarise the passages below in detail. Keep as many of their key details as you can: names, "
+    "relationships, numbers, dates, identifiers, definitions and steps. Add nothing that the passages "
+    "do not say.\n\nPassages:\n{text}"
+)
+
+
+def summary_messages(text: str) -> list[dict[str, str]]:
+    """The cluster-summary prompt (the official one asks for a summary 'with as many key details as possible')."""
+    return [{"role": "system", "content": _SUMMARY_SYSTEM},
+            {"role": "user", "content": _SUMMARY_REQUEST.format(text=text)}]
+
+
+class RAPTOR(Method):
+    """Recursive abstractive summaries in a tree; collapsed-tree retrieval over all its nodes."""
+
+    name = "raptor"
+    version = "1"
+    Config = RAPTORConfig
+    uses_guidance = False
+    description = "tree of recursive cluster summaries (UMAP + GMM); top 10 nodes of all layers within 3,500 tokens"
+    deviations: ClassVar[list[str]] = [
+        "token counts are characters / 4 (the harness estimate), not tiktoken cl100k",
+        ("every UMAP and Gaussian-mixture fit is seeded from config.seed (official UMAP is unseeded), and the "
+         "lowest-BIC mixture of the sweep is used as is (official refits it with another seed)"),
+        ("small-input guards: < 3 nodes form one cluster without UMAP; UMAP neighbours >= 2; inputs of at most "
+         "reduction_dimension + 1 points start UMAP at random (spectral start is not reproducible there)"),
+        "a node whose cluster posteriors are all <= 0.1 joins its most likely cluster (official: no parent)",
+        "a cluster holding every node of a clustering pass is not re-clustered (official recurses forever)",
+        "a failed (or empty) summary call makes no node: it is recorded in tree.json, never embedded as text",
+        ("sentences keep their punctuation and line breaks; an over-long sentence is cut at ,;: then whitespace "
+         "then characters so no leaf exceeds 100 tokens"),
+        "retrieved nodes go to the shared answer prompt as separate evidence items, not one concatenated context",
+    ]
+
+    async def learn(self, source: Source, guidance: list[Task], ctx: LearnContext) -> dict[str, Any]:
+        from .tree import SummaryOutcome, build_tree
+
+        cfg: RAPTORConfig = self.config  # type: ignore[assignment]
+        chunks = chunk_elements(source.elements, cfg.chunk_tokens)
+        ctx.progress(f"RAPTOR: {len(chunks)} leaf chunks from {len(source.elements)} elements")
+
+        async def summarise(text: str) -> SummaryOutcome:
+            res = await ctx.llm.generate(summary_messages(text), stage="summarise", max_tokens=cfg.summary_max_tokens)
+            return SummaryOutcome(error=res.error or "failed call") if res.failed else SummaryOutcome(res.text)
+
+        t0 = time.perf_counter()
+        tree = await build_tree(chunks, {e.id: e.title for e in source.elements}, ctx.embedder, summarise,
+                                cfg.cluster_params(), cfg.num_layers, ctx.progress)
+        tree.metadata = {"source": source.id, "source_fingerprint": source.fingerprint, "config": cfg.model_dump()}
+        tree.save(ctx.workdir)
+        return {
+            "n_chunks": len(chunks),
+            "n_nodes": len(tree.nodes),
+            "layer_counts": tree.layer_counts,
+            "failed_summaries": len(tree.failed_summaries),
+            "build_seconds": round(time.perf_counter() - t0, 3),
+        }
+
+    def load(self, artifact_dir: Path, ctx: Context) -> Tree:
+        from .tree import Tree
+
+        tree = Tree.load(artifact_dir)
+        if tree.embedder != ctx.embedder.name:
+            raise DataError(f"RAPTOR tree {artifact_dir}: built with embedder {tree.embedder!r}, "
+                            f"answering with {ctx.embedder.name!r}; rebuild it")
+        return tree
+
+    async def answer(self, task: Task, state: Tree, ctx: Context) -> Answer:
+        from .tree import collapsed_retrieve
+
+        cfg: RAPTORConfig = self.config  # type: ignore[assignment]
+        query = ctx.embedder.embed([task.question])[0]
+        if state.nodes and query.shape[0] != state.embeddings.shape[1]:
+            raise DataError(f"RAPTOR: query embedding has {query.shape[0]} dims, tree has {state.embeddings.shape[1]}")
+        picked = collapsed_retrieve(state, query, cfg.retrieve_max_tokens, cfg.top_k)
+        evidence = [Evidence(element_id=n.key, title=n.title, text=n.text, score=s) for n, s in picked]
+        answer = await ctx.solve(task, evidence)
+        covered = list(dict.fromkeys(e for n, _ in picked for e in n.element_ids))
+        return answer.model_copy(update={"metadata": {**answer.metadata, "source_element_ids": covered,
+                                                      "node_layers": [n.layer for n, _ in picked]}})

@@ -1,0 +1,348 @@
+"""RAPTOR: chunking, layer construction, failed summaries, collapsed-tree budget, artifact, guards.
+
+Most tests replace the UMAP/GMM clustering by a fixed grouping (``fixed_groups``) so that they run
+in milliseconds and the layer structure is known exactly; the two ``slow`` tests run the real
+clustering (numba compiles UMAP on its first fit: tens of seconds on a small machine).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from adapters.base import Benchmark
+from harness.artifacts import ArtifactStore
+from harness.data import Answer, Element, Score, Source, Task, estimate_tokens
+from harness.embeddings import HashEmbedder
+from harness.errors import DataError
+from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from harness.method import Context, LearnContext
+from harness.providers import scripted
+from methods.raptor import RAPTOR
+from methods.raptor import tree as tree_mod
+from methods.raptor.chunking import chunk_elements, split_sentences
+from methods.raptor.clustering import ClusterParams, cluster_nodes
+from methods.raptor.tree import Node, Tree, collapsed_retrieve, format_tree
+
+TOPICS = {
+    "astronomy": "comet nebula orbit telescope galaxy quasar eclipse meteor planet crater",
+    "cooking": "saffron risotto simmer ladle basil dough oven pepper garlic skillet",
+    "sailing": "mainsail tiller harbour anchor keel starboard regatta mooring jib buoy",
+    "chess": "gambit rook bishop endgame castling pawn checkmate opening knight tempo",
+}
+
+
+def fact(i: int, topic: str, words: str) -> str:
+    """One sentence of 201..400 characters: one element is then exactly one 100-token chunk."""
+    w = words.split()
+    body = " ".join(w[(i + k) % len(w)] for k in range(24))
+    s = f"Record {i} about {topic} mentions {body} and ends here."
+    assert 200 < len(s) <= 400
+    return s
+
+
+def make_source(n: int, sid: str = "toy") -> Source:
+    names = sorted(TOPICS)
+    els = []
+    for i in range(n):
+        topic = names[i % len(names)]
+        els.append(Element(id=f"e{i:03d}", title=f"Record {i} ({topic})", text=fact(i, topic, TOPICS[topic])))
+    return Source(id=sid, kind="documents", elements=els)
+
+
+class ToyBench(Benchmark):
+    name = "toy"
+
+    def source_ids(self) -> list[str]:
+        return ["toy"]
+
+    def load_source(self, source_id: str) -> Source:
+        raise NotImplementedError
+
+    def load_tasks(self, source_id: str) -> list[Task]:
+        return []
+
+    async def score(self, task: Task, answer: Answer, judge=None) -> Score:
+        raise NotImplementedError
+
+
+def contexts(tmp_path: Path, source: Source, model: str = "scripted/unit", tag: str = "a"):
+    llm = LLM(ModelSpec(name=model, max_tokens=64), CallCache(tmp_path / f"{tag}.sqlite"), UsageLedger())
+    workdir = tmp_path / f"artifact-{tag}"
+    workdir.mkdir()
+    common = {"source": source, "benchmark": ToyBench(), "embedder": HashEmbedder(),
+              "store": ArtifactStore(tmp_path / "store")}
+    return (LearnContext(llm=llm.bind("raptor", "learn"), workdir=workdir, **common),
+            Context(llm=llm.bind("raptor", "answer"), **common), llm)
+
+
+def learn(tmp_path: Path, source: Source, model: str = "scripted/unit", tag: str = "a", **config):
+    method = RAPTOR(config)
+    lctx, tctx, llm = contexts(tmp_path, source, model, tag)
+    stats = asyncio.run(method.learn(source, [], lctx))
+    return method, stats, lctx, tctx, llm
+
+
+def fixed_groups(size: int):
+    """A stand-in for cluster_nodes: consecutive groups of ``size`` (no UMAP, exact layer sizes)."""
+
+    def fake(embeddings, tokens, params):
+        n = len(embeddings)
+        return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
+
+    return fake
+
+
+def summary_calls() -> list[dict]:
+    return [c for c in scripted.CALLS if "Summarise the passages" in c["messages"][-1]["content"]]
+
+
+def summary_script(fail_marker: str | None = None):
+    """Summaries are 'summary of <first record number>'; a cluster containing ``fail_marker`` raises."""
+
+    def reply(messages, schema):
+        text = messages[-1]["content"]
+        if "Summarise the passages" not in text:
+            return None
+        if fail_marker and fail_marker in text:
+            raise RuntimeError("provider exploded")
+        first = text.split("Passages:\n", 1)[1].split()[:2]
+        return "summary of " + " ".join(first)
+
+    return reply
+
+
+# -- chunking -------------------------------------------------------------------------------------
+
+
+def test_sentences_keep_punctuation_and_line_starts():
+    got = list(split_sentences("One. Two!  Three?\nFour\n\n five."))
+    assert got == [("One.", True), ("Two!", False), ("Three?", False), ("Four", True), ("five.", True)]
+
+
+def test_chunks_pack_sentences_up_to_the_limit_without_overlap():
+    sentences = [f"Sentence number {i} says something about item {i * 7}." for i in range(60)]
+    els = [Element(id=f"e{j}", title=f"T{j}", text=" ".join(sentences[j * 10:(j + 1) * 10])) for j in range(6)]
+    chunks = chunk_elements(els, max_tokens=100)
+    assert all(c.tokens <= 100 for c in chunks)
+    # no overlap, nothing lost: the chunks hold exactly the sentences, in order
+    assert " ".join(" ".join(c.text.split()) for c in chunks) == " ".join(sentences)
+    # greedy packing: the next chunk's first sentence would not have fitted
+    for a, b in itertools.pairwise(chunks):
+        first = b.text.split("\n")[0].split(". ")[0]
+        assert estimate_tokens(a.text + " " + first) > 100
+    # a chunk running across an element boundary cites both elements, in source order
+    spanning = [c for c in chunks if len(c.element_ids) > 1]
+    assert spanning and all(list(c.element_ids) == sorted(c.element_ids) for c in spanning)
+    assert chunks[0].element_ids[0] == "e0" and chunks[-1].element_ids[-1] == "e5"
+
+
+def test_over_long_sentences_are_cut_at_clauses_then_words():
+    long_clauses = ", ".join(f"clause {i} with several words" for i in range(40)) + "."
+    one_word = "x" * 1000
+    chunks = chunk_elements([Element(id="a", title="A", text=long_clauses),
+                             Element(id="b", title="B", text=one_word)], max_tokens=50)
+    assert all(c.tokens <= 50 for c in chunks)
+    joined = "".join(c.text for c in chunks if c.element_ids == ("b",))
+    assert joined == one_word
+    a_text = " ".join(c.text for c in chunks if "a" in c.element_ids and "b" not in c.element_ids)
+    assert a_text.replace(" ", "") == long_clauses.replace(" ", "")
+
+
+def test_one_sentence_per_element_gives_one_chunk_per_element():
+    src = make_source(7)
+    chunks = chunk_elements(src.elements)
+    assert [c.element_ids for c in chunks] == [(e.id,) for e in src.elements]
+
+
+# -- layers (fixed clustering) --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n_chunks, num_layers, expected", [
+    (11, 5, [11]),                    # official stop rule: <= reduction_dimension + 1 nodes, no layer
+    (12, 5, [12, 4]),
+    (150, 5, [150, 50, 17, 6]),       # 6 <= 11 stops
+    (150, 2, [150, 50, 17]),          # num_layers caps the summary layers
+])
+def test_layer_structure_follows_the_official_stop_rule(tmp_path, monkeypatch, n_chunks, num_layers, expected):
+    monkeypatch.setattr(tree_mod, "cluster_nodes", fixed_groups(3))
+    scripted.set_script(summary_script())
+    _, stats, lctx, _, _ = learn(tmp_path, make_source(n_chunks), num_layers=num_layers)
+    assert stats["layer_counts"] == expected
+    assert len(summary_calls()) == sum(expected[1:])
+    tree = Tree.load(lctx.workdir)
+    assert tree.layer_counts == expected
+    for node in tree.nodes[expected[0]:]:
+        kids = [tree.nodes[c] for c in node.children]
+        assert all(k.layer == node.layer - 1 for k in kids)
+        assert node.element_ids == list(dict.fromkeys(e for k in kids for e in k.element_ids))
+        assert node.title == f"summary (layer {node.layer})"
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3])
+def test_tiny_sources_build_a_leaf_only_tree_and_answer(tmp_path, n):
+    method, stats, lctx, tctx, _ = learn(tmp_path, make_source(n))
+    assert stats["layer_counts"] == ([n] if n else []) and stats["n_nodes"] == n
+    assert not summary_calls()
+    state = method.load(lctx.workdir, tctx)
+    ans = asyncio.run(method.answer(Task(id="q", source_id="toy", question="Record 1 about cooking?"), state, tctx))
+    assert len(ans.evidence_ids) == n
+    assert all(i.startswith("raptor:L0:N") for i in ans.evidence_ids)
+
+
+def test_failed_summary_calls_make_no_node_and_are_never_embedded(tmp_path, monkeypatch):
+    monkeypatch.setattr(tree_mod, "cluster_nodes", fixed_groups(3))
+    scripted.set_script(summary_script(fail_marker="Record 3 "))  # the 2nd cluster of layer 1 fails
+    _, stats, lctx, _, llm = learn(tmp_path, make_source(30))
+    tree = Tree.load(lctx.workdir)
+    assert stats["failed_summaries"] == 1 and tree.layer_counts == [30, 9]
+    failed = tree.failed_summaries[0]
+    assert failed["layer"] == 1 and failed["children"] == [3, 4, 5] and "provider exploded" in failed["error"]
+    assert not any("exploded" in n.text or "Error" in n.text for n in tree.nodes)
+    assert all(3 not in n.children for n in tree.nodes)
+    # every stored vector is the embedding of its node's own text, nothing else
+    assert np.array_equal(tree.embeddings, HashEmbedder().embed([n.text for n in tree.nodes]))
+    assert any(f["stage"] == "summarise" for f in llm.ledger.failures)
+
+
+def test_all_summaries_failing_or_empty_leaves_only_the_leaves(tmp_path, monkeypatch):
+    monkeypatch.setattr(tree_mod, "cluster_nodes", fixed_groups(3))
+    scripted.set_script(lambda messages, schema: "   ")  # empty summaries count as failed
+    _, stats, lctx, _, _ = learn(tmp_path, make_source(20))
+    tree = Tree.load(lctx.workdir)
+    assert tree.layer_counts == [20] and stats["failed_summaries"] == 7
+    assert {f["error"] for f in tree.failed_summaries} == {"empty summary"}
+
+
+def test_summary_prompt_holds_the_cluster_text_and_is_capped(tmp_path, monkeypatch):
+    monkeypatch.setattr(tree_mod, "cluster_nodes", fixed_groups(3))
+    scripted.set_script(summary_script())
+    *_, llm = learn(tmp_path, make_source(12))
+    first = summary_calls()[0]["messages"][-1]["content"]
+    src = make_source(3)
+    assert all(e.text in first for e in src.elements)
+    rows = [r for r in llm.ledger.snapshot() if r["stage"] == "summarise"]
+    assert rows and rows[0]["calls"] == 4
+
+
+# -- retrieval ------------------------------------------------------------------------------------
+
+
+def _tree(sizes: list[int], dim: int = 8) -> tuple[Tree, np.ndarray]:
+    """Nodes of the given token sizes whose cosine to the returned query decreases with the index."""
+    nodes = [Node(i, 0 if i % 2 else 1, "w" * (4 * s), [], [f"e{i}"], f"t{i}") for i, s in enumerate(sizes)]
+    emb = np.zeros((len(sizes), dim), np.float32)
+    for i in range(len(sizes)):
+        v = np.zeros(dim)
+        v[0], v[1 + i % (dim - 1)] = 1.0, 0.05 * (i + 1)
+        emb[i] = v / np.linalg.norm(v)
+    q = np.zeros(dim, np.float32)
+    q[0] = 1.0
+    return Tree(nodes, emb, "hash-8"), q
+
+
+def test_collapsed_tree_stops_at_the_token_budget():
+    tree, q = _tree([1000, 1000, 1000, 1000, 10])
+    picked = collapsed_retrieve(tree, q, max_tokens=3500, top_k=10)
+    assert [n.index for n, _ in picked] == [0, 1, 2]  # the 4th would exceed 3,500; the loop stops there
+    assert sum(n.tokens for n, _ in picked) <= 3500
+    scores = [s for _, s in picked]
+    assert scores == sorted(scores, reverse=True)
+    exact, _ = _tree([1500, 2000, 5])
+    assert [n.index for n, _ in collapsed_retrieve(exact, q, 3500, 10)] == [0, 1]  # exactly at the cap
+
+
+def test_collapsed_tree_takes_at_most_top_k_across_layers():
+    tree, q = _tree([10] * 25)
+    picked = collapsed_retrieve(tree, q, max_tokens=3500, top_k=10)
+    assert [n.index for n, _ in picked] == list(range(10))
+    assert {n.layer for n, _ in picked} == {0, 1}
+
+
+def test_answer_passes_nodes_as_evidence_within_budget(tmp_path):
+    tree, _ = _tree([900, 900, 900, 900, 900])
+    tree.embedder = HashEmbedder().name
+    tree.embeddings = HashEmbedder().embed([f"node {i} topic" for i in range(5)])
+    folder = tmp_path / "saved"
+    tree.save(folder)
+    _, tctx, _ = contexts(tmp_path, make_source(1))
+    method = RAPTOR()
+    state = method.load(folder, tctx)
+    ans = asyncio.run(method.answer(Task(id="q", source_id="toy", question="node 2 topic"), state, tctx))
+    assert len(ans.evidence_ids) == 3 and ans.evidence_ids[0] == "raptor:L1:N2"
+    assert ans.metadata["source_element_ids"] == [f"e{int(i.rsplit('N', 1)[1])}" for i in ans.evidence_ids]
+    prompt = scripted.CALLS[-1]["messages"][-1]["content"]
+    assert prompt.count("w" * 3600) == 3 and "raptor:L1:N2" in prompt and "t2" in prompt
+
+
+def test_load_rejects_a_tree_built_with_another_embedder(tmp_path):
+    tree, _ = _tree([10, 10])
+    tree.save(tmp_path / "t")
+    _, tctx, _ = contexts(tmp_path, make_source(1))
+    with pytest.raises(DataError, match="embedder"):
+        RAPTOR().load(tmp_path / "t", tctx)
+
+
+def test_artifact_json_and_printout(tmp_path, monkeypatch):
+    monkeypatch.setattr(tree_mod, "cluster_nodes", fixed_groups(4))
+    scripted.set_script(summary_script())
+    _, _, lctx, _, _ = learn(tmp_path, make_source(16))
+    doc = json.loads((lctx.workdir / "tree.json").read_text())
+    assert doc["layer_counts"] == [16, 4] and doc["embedder"] == "hash-384"
+    assert set(doc["nodes"][0]) == {"index", "layer", "text", "children", "element_ids", "title"}
+    assert doc["nodes"][0]["title"] == "Record 0 (astronomy)"
+    assert np.load(lctx.workdir / "embeddings.npy").shape == (20, 384)
+    out = format_tree(lctx.workdir)
+    assert "layer 0: 16 nodes" in out and "layer 1: 4 nodes" in out and "raptor:L1:N16" in out
+
+
+def test_config_is_typed():
+    with pytest.raises(ValidationError):
+        RAPTOR({"top_k": 10, "unknown": 1})
+    assert RAPTOR().config.retrieve_max_tokens == 3500 and RAPTOR().config.chunk_tokens == 100
+
+
+def test_clustering_guards_without_umap():
+    params = ClusterParams()
+    assert cluster_nodes(np.zeros((0, 4)), [], params) == []
+    assert cluster_nodes(np.ones((1, 4)), [10], params) == [[0]]
+    assert cluster_nodes(np.eye(2, 4), [5000, 5000], params) == [[0, 1]]  # over the cap, but < 3 points
+
+
+# -- real clustering (UMAP + GMM) -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_real_tree_is_reproducible_and_layered(tmp_path):
+    scripted.set_script(summary_script())
+    src = make_source(30)
+    _, stats_a, ctx_a, _, _ = learn(tmp_path, src, tag="a")
+    _, _, ctx_b, _, _ = learn(tmp_path, src, tag="b")
+    assert stats_a["layer_counts"][0] == 30 and len(stats_a["layer_counts"]) >= 2
+    assert stats_a["layer_counts"][1] >= 2 and stats_a["failed_summaries"] == 0
+    for name in ("tree.json", "embeddings.npy"):
+        assert (ctx_a.workdir / name).read_bytes() == (ctx_b.workdir / name).read_bytes()
+    tree = Tree.load(ctx_a.workdir)
+    leaves = {i for n in tree.layer(1) for i in n.children}
+    assert leaves == set(range(30))  # soft clustering covers every leaf (no node is dropped)
+
+
+@pytest.mark.slow
+def test_real_clustering_small_inputs_and_recluster_guard():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(40, 32))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    params = ClusterParams()
+    for n in (1, 2, 3, 4, 5, 12):
+        clusters = cluster_nodes(x[:n], [10] * n, params)
+        assert sorted({i for c in clusters for i in c}) == list(range(n))
+        assert clusters == cluster_nodes(x[:n], [10] * n, params)  # seeded: same input, same clusters
+    # every node far over the token cap: re-clustering must terminate and still cover every node
+    clusters = cluster_nodes(x, [5000] * 40, params)
+    assert sorted({i for c in clusters for i in c}) == list(range(40))
