@@ -52,6 +52,7 @@ class APIBench(Benchmark):
         "arguments, for example {'domain': '...', 'api_call': \"...\", 'api_provider': '...', "
         "'explanation': '...', 'code': '...'}."
     )
+    answer_max_tokens = 256  # one dict with an api_call line and a short explanation
     known_options = {"n_tasks": "instructions per hub: 'paper' (186/100/100, default), 'all', or a number"}
 
     def how_to_get(self) -> str:

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from pydantic import BaseModel
+
 from harness.data import Answer, Evidence, Score, Source, Split, Task, estimate_tokens
 from harness.errors import DataError
 from harness.splits import grouped_split
@@ -59,6 +61,10 @@ class Benchmark(abc.ABC):
     needs_judge_model: ClassVar[bool] = False
     answer_instructions: ClassVar[str] = "Answer the question concisely, in a sentence or two."
     known_options: ClassVar[dict[str, str]] = {}
+    answer_max_tokens: ClassVar[int | None] = None  # None: the run's --max-tokens
+    # A pydantic model for schema-constrained answers (keeps small models to the answer format), with
+    # ``answer_text(value) -> str`` turning the parsed reply into the scored text.
+    answer_schema: ClassVar[type[BaseModel] | None] = None
 
     def __init__(self, data_dir: Path | None = None, options: dict[str, str] | None = None):
         self.options = dict(options or {})
@@ -131,7 +137,12 @@ class Benchmark(abc.ABC):
     async def solve(self, task: Task, evidence: list[Evidence], notes: str, llm: "BoundLLM", stage: str = "answer") -> Answer:
         messages = self.build_prompt(task, evidence, notes)
         ctx_tokens = estimate_tokens("".join(m["content"] for m in messages))
-        res = await llm.generate(messages, stage=stage)
+        if self.answer_schema is not None:
+            sres = await llm.structured(messages, self.answer_schema, stage=stage, max_tokens=self.answer_max_tokens)
+            text = self.answer_text(sres.value) if sres.value is not None else ""
+            return Answer(text=text, evidence_ids=[e.element_id for e in evidence], context_tokens=ctx_tokens,
+                          failed=sres.failed, failure_reason=sres.error, metadata={"raw": sres.text[:2000]})
+        res = await llm.generate(messages, stage=stage, max_tokens=self.answer_max_tokens)
         return Answer(
             text=res.text.strip(),
             evidence_ids=[e.element_id for e in evidence],
@@ -139,6 +150,9 @@ class Benchmark(abc.ABC):
             failed=res.failed,
             failure_reason=res.error,
         )
+
+    def answer_text(self, value: BaseModel) -> str:
+        return str(getattr(value, "answer", value))
 
     # -- scoring ---------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import BaseModel, Field
+
 from harness.data import Answer, Score, Source, Task
 from harness.elements import split_markdown
 from harness.errors import DataError
@@ -19,15 +21,21 @@ from judges.exact_f1 import exact_f1
 from .base import Benchmark
 
 
+class AnswerSet(BaseModel):
+    answers: list[str] = Field(description="the answer(s): names or values only")
+
+
 class PhantomWiki(Benchmark):
     name = "phantomwiki"
     version = "1-A"
     subdir = "phantomwiki"
     scorer_name = "exact_f1"
     answer_instructions = (
-        "Reply with the answer only: the name(s) or value(s), no sentence. "
-        "If there are several answers, separate them with commas."
+        'Reply in JSON as {"answers": [...]}, listing only the name(s) or value(s) that answer the question, '
+        "no sentences."
     )
+    answer_schema = AnswerSet
+    answer_max_tokens = 128  # answers are short lists of names or values (JSON)
     known_options = {
         "max_difficulty": "keep test questions with at most this many reasoning steps (a small model only "
         "answers easy ones; full runs use all)",
@@ -90,6 +98,9 @@ class PhantomWiki(Benchmark):
                           "is_aggregation_question": q.get("is_aggregation_question")},
             ))
         return tasks
+
+    def answer_text(self, value: AnswerSet) -> str:  # type: ignore[override]
+        return ", ".join(a.strip() for a in value.answers if a.strip())
 
     def select_test(self, tasks: list[Task]) -> list[Task]:
         md = self.options.get("max_difficulty")
