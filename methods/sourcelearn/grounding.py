@@ -179,7 +179,7 @@ async def gate_batch(llm: "BoundLLM", claims: list[tuple[str, list[str]]], sourc
     for start in range(0, len(claims), batch_size):
         chunk = claims[start:start + batch_size]
         ids = list(dict.fromkeys(i for _, cited in chunk for i in cited))
-        block = excerpts_block(source, ids, max_chars=800)
+        block = excerpts_block(source, ids)
         listing = "\n".join(f"{n}. {s} [cites: {', '.join(c)}]" for n, (s, c) in enumerate(chunk, 1))
         msgs = [{"role": "system", "content": GATE_SYSTEM},
                 {"role": "user", "content": f"Source excerpts:\n{block}\n\nClaims:\n{listing}\n\nFor every claim "

@@ -1,0 +1,175 @@
+"""Activation: which part of the source model a task sees (paper Eq. 6).
+
+Only live units count (a unit whose anchor text changed is stale and hidden). If the whole live
+model renders within the budget B it is shown in full. Otherwise one router call over per-region
+routing cards (title, description, entity names, attribute names, headings) picks required and
+optional regions; they are loaded whole, required first, each only if it fits in what is left of
+B; a region that does not fit is skipped, never cut, so its internal structure stays intact.
+
+Deviation for small context windows: B becomes min(B, window - evidence - reply - prompt
+reserve), so the notes never crowd out the Hybrid RAG evidence on an 8k local model.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from harness.data import Source, Task, estimate_tokens
+
+from .config import SourceLearnConfig
+from .model import Region, SourceModel, Unit
+from .regions import routing_card
+
+if TYPE_CHECKING:
+    from harness.llm import ModelSpec
+    from harness.method import Context
+
+PROMPT_RESERVE = 400  # tokens for the answer prompt's own wording and the question
+ROUTER_MAX_TOKENS = 300
+GLOBAL_BLOCK = "(whole source)"
+
+
+class Route(BaseModel):
+    required: list[str] = Field(description="ids of regions the question cannot be answered without")
+    optional: list[str] = Field(default_factory=list, description="ids of regions that may help")
+
+
+ROUTER_SYSTEM = (
+    "You decide which parts of a source model a question needs. The model is split into regions; each is "
+    "described by a routing card (id in brackets, title, description, its entities, attribute names and "
+    "section headings). Return as required the regions without which the question cannot be answered, and as "
+    "optional the ones that may help. Use the bracketed ids. Prefer few regions."
+)
+
+
+def effective_budget(cfg: SourceLearnConfig, spec: ModelSpec, evidence_tokens: int = 0, question: str = "",
+                     reply_tokens: int | None = None) -> int:
+    """B, shrunk to what a declared context window leaves after evidence, reply and prompt."""
+    window = spec.effective_context_window()
+    if not window:
+        return cfg.budget_tokens
+    reply = reply_tokens or spec.max_tokens
+    room = window - evidence_tokens - reply - PROMPT_RESERVE - estimate_tokens(question)
+    return max(0, min(cfg.budget_tokens, room))
+
+
+def header(sm: SourceModel) -> str:
+    """The part of the model shown whatever is routed: the brief and the representation policy."""
+    return sm.render(units=[], regions=[])
+
+
+def region_block(region: Region, units: list[Unit]) -> str:
+    head = f"## Region {region.title}" + (f" — {region.description}" if region.description else "")
+    return head + "\n" + "\n".join("- " + u.render() for u in units)
+
+
+def routing_cards(sm: SourceModel, source: Source, live: list[Unit], max_items: int = 12) -> list[tuple[Region, str]]:
+    out = []
+    for r in sm.regions:
+        units = sm.units_in_region(r.id, live)
+        if not units:
+            continue
+        names = [e.name for e in sm.entities if e.region == r.id]
+        attrs = [a.name for u in units if u.role == "card" for a in u.attributes]
+        heads = [el.title for el in (source.element(i) for i in r.element_ids[:200]) if el is not None]
+        out.append((r, routing_card(r, names, attrs, heads, max_items)))
+    return out
+
+
+def _match(raw: str, regions: dict[str, Region]) -> str | None:
+    key = raw.strip().strip("[]").strip()
+    if key in regions:
+        return key
+    low = {r.title.lower(): rid for rid, r in regions.items()}
+    return low.get(key.lower())
+
+
+_STOP = {"the", "and", "for", "are", "was", "were", "does", "did", "have", "has", "had", "what", "who", "whom",
+         "which", "where", "when", "how", "why", "with", "that", "this", "from", "into", "of", "is", "can", "not"}
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z0-9]{3,}", text.lower()) if w not in _STOP}
+
+
+def lexical_order(question: str, cards: list[tuple[Region, str]], texts: dict[str, str]) -> list[str]:
+    """Fallback routing when the router call fails: regions whose card or units share words with the
+    question, most shared first (ties in model order)."""
+    q = _words(question)
+    scored = [(len(q & _words(card + "\n" + texts.get(r.id, ""))), i, r.id) for i, (r, card) in enumerate(cards)]
+    return [rid for s, _, rid in sorted(scored, key=lambda x: (-x[0], x[1])) if s > 0]
+
+
+async def route(sm: SourceModel, source: Source, task: Task, live: list[Unit], ctx: Context,
+                budget_chars: int) -> tuple[list[str], list[str], bool]:
+    """(required, optional, router_failed): one router call, ids validated, lexical fallback."""
+    cards = routing_cards(sm, source, live)
+    listing = "\n".join(c for _, c in cards)
+    if len(listing) > budget_chars:
+        cards = routing_cards(sm, source, live, max_items=4)
+        listing = "\n".join(c for _, c in cards)[:budget_chars]
+    user = f"Question: {task.question.strip()}\n\nRegions:\n{listing}"
+    res = await ctx.llm.structured([{"role": "system", "content": ROUTER_SYSTEM}, {"role": "user", "content": user}],
+                                   Route, stage="route", max_tokens=ROUTER_MAX_TOKENS)
+    by_id = {r.id: r for r, _ in cards}
+    texts = {r.id: "\n".join(u.statement for u in sm.units_in_region(r.id, live)) for r, _ in cards}
+    if res.failed or res.value is None:
+        return [], lexical_order(task.question, cards, texts), True
+    required = [m for m in (_match(x, by_id) for x in res.value.required) if m]  # type: ignore[union-attr]
+    optional = [m for m in (_match(x, by_id) for x in res.value.optional) if m]  # type: ignore[union-attr]
+    required = list(dict.fromkeys(required))
+    optional = [x for x in dict.fromkeys(optional) if x not in required]
+    if not required and not optional:
+        return [], lexical_order(task.question, cards, texts), False
+    return required, optional, False
+
+
+def load_regions(sm: SourceModel, live: list[Unit], order: list[str], budget: int) -> tuple[str, list[str], list[str]]:
+    """Whole regions in ``order`` while they fit; a unit shared by two regions is shown once."""
+    regions = {r.id: r for r in sm.regions}
+    parts = [header(sm)] if header(sm) else []
+    used = estimate_tokens("\n\n".join(parts))
+    placed: set[str] = set()
+    loaded, skipped = [], []
+    glob = [u for u in live if not sm.unit_regions(u)]
+    blocks: list[tuple[str, list[Unit]]] = [(GLOBAL_BLOCK, glob)] if glob else []
+    blocks += [(rid, sm.units_in_region(rid, live)) for rid in order if rid in regions]
+    for rid, units in blocks:
+        units = [u for u in units if u.id not in placed]
+        if not units:
+            continue
+        block = ("## Whole source\n" + "\n".join("- " + u.render() for u in units) if rid == GLOBAL_BLOCK
+                 else region_block(regions[rid], units))
+        cost = estimate_tokens("\n\n" + block)
+        if used + cost > budget:
+            skipped.append(rid)
+            continue
+        parts.append(block)
+        used += cost
+        placed.update(u.id for u in units)
+        loaded.append(rid)
+    return "\n\n".join(parts), loaded, skipped
+
+
+async def activate(sm: SourceModel, source: Source, task: Task, ctx: Context, cfg: SourceLearnConfig, *,
+                   evidence_tokens: int = 0) -> tuple[str, dict[str, Any]]:
+    """The notes for one task and what was activated (tokens, regions, whether the router ran)."""
+    live = sm.live_units(source)
+    reply = getattr(ctx.benchmark, "answer_max_tokens", None)  # the benchmark may cap the answer's length
+    budget = effective_budget(cfg, ctx.llm.spec, evidence_tokens, task.question, reply)
+    stats: dict[str, Any] = {"budget": budget, "n_units": len(sm.units), "n_live": len(live),
+                             "n_stale": len(sm.units) - len(live), "router_used": False, "router_failed": False}
+    full = sm.render(live)
+    if estimate_tokens(full) <= budget:
+        stats.update(mode="all", tokens=estimate_tokens(full), regions_loaded=[r.id for r in sm.regions
+                                                                                if sm.units_in_region(r.id, live)])
+        return full, stats
+    router_chars = max(2000, (budget or cfg.budget_tokens) * 4)
+    required, optional, failed = await route(sm, source, task, live, ctx, router_chars)
+    text, loaded, skipped = load_regions(sm, live, required + optional, budget)
+    stats.update(mode="routed", router_used=True, router_failed=failed, required=required, optional=optional,
+                 regions_loaded=loaded, regions_skipped=skipped, tokens=estimate_tokens(text))
+    return text, stats

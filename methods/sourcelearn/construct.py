@@ -1,0 +1,638 @@
+"""Construct M0: the provisional source model, read once per source and backend.
+
+Steps (paper section 4.2, Appendix C.1; the official compiler's write-once design):
+1. partition the source into entities and regions (``regions.py``);
+2. a short reading brief of the whole source (what it is for, typical questions, main objects,
+   what to ignore), given to every later reading call;
+3. per region a map (what it is about, how its entities relate): the routing description;
+4. per entity one entity-centred reading that fills slots (attributes with one element id each,
+   mechanisms, distinctions, decisive details; at most ``max_per_slot`` each). Element ids must be
+   copied verbatim from the material: code keeps only ids that were shown and exist;
+5. one batched grounding check per entity drops claims the cited excerpts do not support;
+6. mechanical folding, no LLM: an attribute value shared by >= 3 entities and >= 60% of a
+   region's entities becomes a regional prototype listing the deviating entities as exceptions
+   (matching cells leave the cards); near-duplicate mechanisms of several entities merge into one
+   regional mechanism;
+7. an abstraction pass per region (shared rules, distinctions, exceptions spanning >= 2 entities),
+   each through the grounding gate;
+8. deduplication of near-identical statements of the same role.
+
+LLM calls: 1 brief + regions (maps, plus one block proposal for large flat sources) + per entity
+1 reading + ceil(claims/8) grounding + per region 1 abstraction + 1-3 gate calls per abstraction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections import Counter, defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, Field
+
+from harness.data import Element, Source
+
+from .config import SourceLearnConfig
+from .grounding import GateStats, gate_batch, gate_unit
+from .model import Anchor, Attribute, Entity, Region, Scope, SourceModel, Unit
+from .regions import Partition, partition
+
+if TYPE_CHECKING:
+    from harness.method import Context
+
+READ_MAX_TOKENS = 1500
+MATERIAL_CHARS = 24_000  # an entity's material when the model has no declared context window
+MIN_EXCERPT = 300
+MERGE_OVERLAP = 0.6  # mechanisms of different entities this similar merge into one regional mechanism
+DEDUP_OVERLAP = 0.8  # statements of one role this similar are duplicates
+ABSTRACT_MIN_UNITS = 4
+ABSTRACT_MAX_ITEMS = 12
+ABSTRACT_MAX_ANCHORS = 12
+STATEMENT_CHARS = 400
+
+MODELING_INSTRUCTION = (
+    "Keep the source's major entities and their roles, the important relations between them, procedures, "
+    "governing conditions and representative details; leave out redundant low-level content."
+)
+
+
+# -- small utilities ---------------------------------------------------------------------------
+_TOK = re.compile(r"[a-z0-9$%]+(?:\.[a-z0-9$%]+)*")  # words and numbers like 3.5; no trailing dots
+
+
+def tokens_of(text: str) -> set[str]:
+    return set(_TOK.findall(text.lower()))
+
+
+def overlap(a: str, b: str) -> float:
+    """Token Jaccard similarity: the deterministic near-duplicate test used for merging and dedup."""
+    ta, tb = tokens_of(a), tokens_of(b)
+    return len(ta & tb) / max(1, len(ta | tb))
+
+
+def norm_name(name: str) -> str:
+    return re.sub(r"_+", "_", re.sub(r"[^a-z0-9]+", "_", str(name).lower())).strip("_")
+
+
+def norm_value(value: str) -> str:
+    return re.sub(r"[\s,$]", "", str(value).lower()).rstrip(".")
+
+
+def clip(text: str, n: int = STATEMENT_CHARS) -> str:
+    text = re.sub(r"\s+", " ", str(text)).strip()
+    return text if len(text) <= n else text[: n - 3].rstrip() + "..."
+
+
+def material_chars(ctx: Context, reserve_tokens: int) -> int:
+    """Characters of source material that fit the model's window after the prompt and the reply."""
+    window = ctx.llm.spec.effective_context_window()
+    if not window:
+        return MATERIAL_CHARS
+    return max(800, min(MATERIAL_CHARS, int((window - reserve_tokens) * 4 * 0.85)))
+
+
+def render_material(elements: list[Element], max_chars: int) -> tuple[str, list[str]]:
+    """Bracketed-id material, truncated deterministically: equal shares, then drop the tail."""
+    total = sum(len(e.text) for e in elements)
+    share = None if total <= max_chars else max(MIN_EXCERPT, max_chars // max(1, len(elements)))
+    parts, shown, size = [], [], 0
+    for e in elements:
+        body = e.text if share is None else e.excerpt(share)
+        block = f"[{e.id}] {e.title}\n{body}"
+        if shown and size + len(block) > max_chars:
+            break
+        parts.append(block)
+        shown.append(e.id)
+        size += len(block) + 2
+    return "\n\n".join(parts), shown
+
+
+def reading_elements(ent: Entity, source: Source) -> list[Element]:
+    """What is read for an entity: its elements, minus those whose text another shown one contains
+    (a module file contains its symbols; a class contains its methods)."""
+    els = [el for el in (source.element(i) for i in ent.element_ids) if el is not None]
+    whole = [e for e in els if e.kind == "file"]
+    if whole:
+        return whole[:1]
+    if els and els[0].kind == "symbol":
+        return els[:1]
+    return els
+
+
+# -- structured replies ------------------------------------------------------------------------
+class ReadingBrief(BaseModel):
+    purpose: str = Field(description="what the source is for, in one or two sentences")
+    scenarios: list[str] = Field(description="kinds of questions or tasks the source will be used for")
+    main_objects: list[str] = Field(description="the main kinds of things the source describes")
+    ignore: list[str] = Field(description="content that is noise for those tasks")
+
+
+class RegionMap(BaseModel):
+    about: str = Field(description="one line: what this region is about (used to route questions)")
+    relations: list[str] = Field(description="how entities of the region relate to or depend on each other")
+
+
+class AttributeItem(BaseModel):
+    name: str
+    value: str
+    element_id: str
+
+
+class StatementItem(BaseModel):
+    statement: str
+    conditions: list[str] = Field(default_factory=list, description="when the statement holds, if it depends on it")
+    element_ids: list[str]
+
+
+class DetailItem(BaseModel):
+    statement: str
+    element_id: str
+
+
+class EntityReading(BaseModel):
+    attributes: list[AttributeItem] = Field(default_factory=list)
+    mechanisms: list[StatementItem] = Field(default_factory=list)
+    distinctions: list[StatementItem] = Field(default_factory=list)
+    decisive_details: list[DetailItem] = Field(default_factory=list)
+
+
+class AbstractItem(BaseModel):
+    kind: Literal["shared_rule", "distinction", "exception"]
+    statement: str
+    conditions: list[str] = Field(default_factory=list)
+    units: list[int] = Field(description="numbers of the listed units this item rests on")
+    replaces: list[int] = Field(default_factory=list, description="numbers of cited units a shared rule fully subsumes")
+
+
+class Abstraction(BaseModel):
+    items: list[AbstractItem]
+
+
+# -- prompts (own wording; facts from the paper's Appendix C.1) ----------------------------------
+BRIEF_SYSTEM = (
+    "You are about to study a knowledge source in depth. Before reading it entity by entity, write a short "
+    "reading brief: what the source is for, the kinds of questions or tasks it will serve, the main kinds of "
+    "objects it describes, and what content is noise for those tasks. Be concrete and brief."
+)
+
+MAP_SYSTEM = (
+    "You are drawing the structural map of one region of a knowledge source. Say in one line what the region "
+    "is about (this line is used to decide whether a question needs the region), then list how its entities "
+    "relate to or depend on each other. Structure only: no rules, no attribute values."
+)
+
+READ_SYSTEM = (
+    "You are building the profile of ONE entity of a knowledge source (a document family, a code symbol or an "
+    "API record) from all the material the source has about it. Do not summarise the material; fill slots:\n"
+    "- attributes: properties that matter for decisions, as name/value pairs with short snake_case names that "
+    "other entities of the same kind would also have; cite exactly one element id each. Skip properties that "
+    "decide nothing.\n"
+    "- mechanisms: how something works or the logic of a procedure, worth understanding, with the conditions "
+    "under which it holds; cite one or more element ids.\n"
+    "- distinctions: things a reader could confuse and must keep apart; cite element ids.\n"
+    "- decisive_details: the few remaining facts that would change an answer, a boundary, an exception or a "
+    "decision; rarity alone does not qualify. One element id each.\n"
+    "At most {n} entries per slot; fewer, structural entries are better. Copy element ids exactly as they "
+    "appear in [brackets] in the material and never make one up. The raw source stays available when questions "
+    "are answered, so skip facts a reader can simply look up, and keep constraints, mechanisms, shared rules, "
+    "exceptions and distinctions.\nModeling instruction: " + MODELING_INSTRUCTION
+)
+
+ABSTRACT_SYSTEM = (
+    "Below are the numbered units of ONE region of a source model, each with the entity it is about. Find what "
+    "holds across entities: SHARED RULES (a behaviour, contract or rule several entities follow), DISTINCTIONS "
+    "(two entities or operations that behave differently where a reader would expect the same) and EXCEPTIONS "
+    "(an entity that departs from a shared rule). Each item cites the unit numbers it rests on, from at least two "
+    "entities; a distinction cites both sides, an exception cites the rule side and the deviating unit. When a "
+    "shared rule fully covers some cited units, list them under replaces. State every item so that a unit could "
+    "contradict it: no 'varies' or 'differs' without saying in which direction. Return an empty list when nothing "
+    "holds across entities."
+)
+
+_VAGUE = re.compile(r"\b(vary|varies|variation|differ|differs|different|various)\b", re.IGNORECASE)
+_DIRECTION = re.compile(r"\b(higher|lower|more|less|larger|smaller|only|if|when|unless|except|whereas|while|"
+                        r"above|below|before|after|instead|rather|requires?|must)\b", re.IGNORECASE)
+
+
+# -- per-entity reading ------------------------------------------------------------------------
+@dataclass
+class Claim:
+    slot: Literal["attribute", "mechanism", "distinction", "detail"]
+    text: str
+    ids: list[str]
+    name: str = ""
+    value: str = ""
+    conditions: list[str] = field(default_factory=list)
+
+
+@dataclass
+class EntityResult:
+    entity: Entity
+    claims: list[Claim] = field(default_factory=list)
+    proposed: int = 0
+    bad_ids: int = 0
+    ungrounded: int = 0
+    failed: str = ""
+
+
+def claims_from_reading(reading: EntityReading, shown: list[str], n: int) -> tuple[list[Claim], int, int]:
+    """Claims whose ids were shown verbatim; returns (claims, proposed, dropped for invalid ids)."""
+    ok = set(shown)
+
+    def keep(ids: list[str]) -> list[str]:
+        return list(dict.fromkeys(i.strip() for i in ids if i.strip() in ok))
+
+    claims: list[Claim] = []
+    proposed = bad = 0
+    for a in reading.attributes[:n]:
+        proposed += 1
+        ids, name, value = keep([a.element_id]), norm_name(a.name), clip(a.value, 200)
+        if ids and name and value:
+            claims.append(Claim("attribute", f"{name}: {value}", ids, name=name, value=value))
+        else:
+            bad += 1
+    for slot, items in (("mechanism", reading.mechanisms), ("distinction", reading.distinctions)):
+        for m in items[:n]:
+            proposed += 1
+            ids = keep(m.element_ids)
+            if ids and m.statement.strip():
+                conds = [clip(c, 200) for c in m.conditions if c.strip()]
+                claims.append(Claim(slot, clip(m.statement), ids, conditions=conds))  # type: ignore[arg-type]
+            else:
+                bad += 1
+    for d in reading.decisive_details[:n]:
+        proposed += 1
+        ids = keep([d.element_id])
+        if ids and d.statement.strip():
+            claims.append(Claim("detail", clip(d.statement), ids))
+        else:
+            bad += 1
+    return claims, proposed, bad
+
+
+async def read_entity(ent: Entity, region: Region, brief: str, source: Source, ctx: Context,
+                      cfg: SourceLearnConfig) -> EntityResult:
+    """One reading call, then one batched grounding check over everything it claimed."""
+    system = READ_SYSTEM.format(n=cfg.max_per_slot) + (f"\n\nReading brief for this source:\n{brief}" if brief else "")
+    reserve = READ_MAX_TOKENS + (len(system) + 200) // 4
+    text, shown = render_material(reading_elements(ent, source), material_chars(ctx, reserve))
+    out = EntityResult(ent)
+    if not shown:
+        out.failed = "no material"
+        return out
+    user = f"Entity: {ent.name}\nRegion: {region.title}\n\nMaterial:\n{text}"
+    res = await ctx.llm.structured([{"role": "system", "content": system}, {"role": "user", "content": user}],
+                                   EntityReading, stage="construct_read", max_tokens=READ_MAX_TOKENS)
+    if res.failed or res.value is None:
+        out.failed = res.error[:200] or "reading failed"
+        return out
+    claims, out.proposed, out.bad_ids = claims_from_reading(res.value, shown, cfg.max_per_slot)  # type: ignore[arg-type]
+    if claims:
+        subject = f"{ent.name} — "
+        verdicts = await gate_batch(ctx.llm, [(subject + c.text if c.slot == "attribute" else c.text, c.ids)
+                                              for c in claims], source, stage="construct_ground")
+        out.ungrounded = sum(1 for ok in verdicts if not ok)
+        out.claims = [c for c, ok in zip(claims, verdicts) if ok]
+    return out
+
+
+def entity_units(res: EntityResult, source: Source) -> list[Unit]:
+    """The card (attributes, first value per name) and the statement units of one entity."""
+    scope = Scope(kind="entity", keys=[res.entity.key])
+    units: list[Unit] = []
+    attrs: list[Attribute] = []
+    for c in res.claims:
+        if c.slot != "attribute":
+            continue
+        if any(a.name == c.name and norm_value(a.value) == norm_value(c.value) for a in attrs):
+            continue
+        anchors = SourceModel.stamp(c.ids, source)
+        if anchors:
+            attrs.append(Attribute(name=c.name, value=c.value, anchor=anchors[0]))
+    if attrs:
+        units.append(Unit(id=SourceModel.unit_id(res.entity.name, "card", scope), statement=res.entity.name,
+                          role="card", scope=scope, attributes=attrs))
+    role_of = {"mechanism": "mechanism", "distinction": "distinction", "detail": "detail"}
+    for c in res.claims:
+        if c.slot == "attribute":
+            continue
+        anchors = SourceModel.stamp(c.ids, source)
+        if anchors:
+            role = role_of[c.slot]
+            units.append(Unit(id=SourceModel.unit_id(c.text, role, scope), statement=c.text, role=role,  # type: ignore[arg-type]
+                              scope=scope, conditions=c.conditions, anchors=anchors))
+    return units
+
+
+# -- mechanical folding ------------------------------------------------------------------------
+def _anchor_union(anchor_lists: list[list[Anchor]]) -> list[Anchor]:
+    out: dict[str, Anchor] = {}
+    for lst in anchor_lists:
+        for a in lst:
+            out.setdefault(a.element_id, a)
+    return list(out.values())
+
+
+def fold_prototypes(region: Region, units: list[Unit], min_entities: int, min_share: float) -> tuple[list[Unit], dict]:
+    """Attribute values shared widely in a region become prototype units; matching cells leave the cards.
+
+    A value qualifies when >= ``min_entities`` entities have it and they are >= ``min_share`` of the
+    region's entities. Entities with a different value for that attribute are its exceptions (their
+    cells stay on their cards). Cards left without attributes are removed.
+    """
+    n_region = max(1, len(region.entity_keys))
+    cards = [u for u in units if u.role == "card" and u.scope.keys and u.scope.keys[0] in region.entity_keys]
+    by_name: dict[str, list[tuple[Unit, Attribute]]] = defaultdict(list)
+    for card in cards:
+        for a in card.attributes:
+            by_name[a.name].append((card, a))
+    protos: list[Unit] = []
+    folded: dict[str, str] = {}
+    absorbed_cells = 0
+    for name in sorted(by_name):
+        owners = by_name[name]
+        counts = Counter(norm_value(a.value) for _, a in owners)
+        top, top_n = min(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        if top_n < min_entities or top_n / n_region < min_share:
+            continue
+        keep = [(c, a) for c, a in owners if norm_value(a.value) == top]
+        deviating = list(dict.fromkeys(c.scope.keys[0] for c, a in owners if norm_value(a.value) != top))
+        value = keep[0][1].value
+        statement = f"In {region.title}, {name} is {value} for {top_n} of {n_region} entities"
+        scope = Scope(kind="region", keys=[region.id])
+        protos.append(Unit(id=SourceModel.unit_id(statement, "pattern", scope), statement=statement, role="pattern",
+                           scope=scope, anchors=_anchor_union([[a.anchor] for _, a in keep]), exceptions=deviating))
+        folded[name] = top
+        absorbed_cells += top_n
+    card_ids = {c.id for c in cards}
+    out: list[Unit] = []
+    for u in units:
+        if u.id in card_ids and folded:
+            left = [a for a in u.attributes if folded.get(a.name) != norm_value(a.value)]
+            if not left:
+                continue
+            u = u.model_copy(update={"attributes": left})
+        out.append(u)
+    return out + protos, {"prototypes": len(protos), "cells_folded": absorbed_cells}
+
+
+def merge_mechanisms(region: Region, units: list[Unit], threshold: float = MERGE_OVERLAP) -> tuple[list[Unit], int]:
+    """Near-duplicate mechanisms of two or more entities collapse into one regional mechanism."""
+    pool = [u for u in units if u.role == "mechanism" and u.scope.kind == "entity"
+            and u.scope.keys and u.scope.keys[0] in region.entity_keys]
+    clusters: list[list[Unit]] = []
+    for u in pool:
+        home = next((c for c in clusters if overlap(c[0].statement, u.statement) >= threshold), None)
+        (home.append(u) if home is not None else clusters.append([u]))
+    drop: set[str] = set()
+    merged: list[Unit] = []
+    for c in clusters:
+        if len({u.scope.keys[0] for u in c}) < 2:
+            continue
+        rep = min(c, key=lambda u: -len(u.anchors))  # first of the best anchored
+        scope = Scope(kind="region", keys=[region.id])
+        conds = list(dict.fromkeys(x for u in c for x in u.conditions))
+        merged.append(Unit(id=SourceModel.unit_id(rep.statement, "mechanism", scope), statement=rep.statement,
+                           role="mechanism", scope=scope, conditions=conds,
+                           anchors=_anchor_union([u.anchors for u in c]), absorbed=[u.id for u in c]))
+        drop.update(u.id for u in c)
+    return [u for u in units if u.id not in drop] + merged, sum(len(m.absorbed) - 1 for m in merged)
+
+
+def dedup(units: list[Unit], threshold: float = DEDUP_OVERLAP,
+          place: Callable[[Unit], tuple[str, ...]] = lambda u: ()) -> tuple[list[Unit], int]:
+    """Drop statements of the same role nearly identical to a better-anchored one (cards, maps exempt).
+
+    Only units in the same ``place`` (their regions) are compared, so a rule two regions both hold
+    stays in each: activation loads regions whole and must find it in either.
+    """
+    ranked = sorted(range(len(units)), key=lambda i: (-len(units[i].anchors), i))
+    kept: dict[int, Unit] = {}
+    dropped = 0
+    for i in ranked:
+        u = units[i]
+        if u.role in ("card", "map"):
+            kept[i] = u
+            continue
+        twin = next((j for j, k in kept.items() if k.role == u.role and place(k) == place(u)
+                     and overlap(k.statement, u.statement) >= threshold), None)
+        if twin is None:
+            kept[i] = u
+        else:
+            kept[twin] = kept[twin].model_copy(update={"absorbed": kept[twin].absorbed + [u.id] + u.absorbed})
+            dropped += 1
+    return [kept[i] for i in sorted(kept)], dropped
+
+
+# -- abstraction pass --------------------------------------------------------------------------
+def _subject(u: Unit, names: dict[str, str]) -> str:
+    if u.scope.kind == "entity":
+        return names.get(u.scope.keys[0], u.scope.keys[0])
+    return "region-wide"
+
+
+def is_vague(statement: str) -> bool:
+    return bool(_VAGUE.search(statement)) and not _DIRECTION.search(statement)
+
+
+async def abstract_region(region: Region, units: list[Unit], names: dict[str, str], brief: str, source: Source,
+                          ctx: Context, stats: GateStats) -> tuple[list[Unit], set[str], dict]:
+    """Shared rules, distinctions and exceptions across >= 2 entities; each passes the grounding gate."""
+    local = [u for u in units if u.role != "map"]
+    scopes = {tuple(u.scope.keys) for u in local if u.scope.kind == "entity"}
+    st = {"proposed": 0, "rejected": 0, "accepted": 0, "replaced": 0}
+    if len(local) < ABSTRACT_MIN_UNITS or len(scopes) < 2:
+        return [], set(), st
+    listing, budget = [], material_chars(ctx, 1200 + len(ABSTRACT_SYSTEM) // 4)
+    for i, u in enumerate(local, 1):
+        line = f"{i}. ({_subject(u, names)}) {clip(u.render(), 300)}"
+        if sum(len(x) + 1 for x in listing) + len(line) > budget:
+            break
+        listing.append(line)
+    local = local[: len(listing)]
+    user = (f"Region: {region.title}\n" + (f"Reading brief: {brief}\n" if brief else "") + "\nUnits:\n"
+            + "\n".join(listing))
+    res = await ctx.llm.structured([{"role": "system", "content": ABSTRACT_SYSTEM}, {"role": "user", "content": user}],
+                                   Abstraction, stage="construct_abstract", max_tokens=1200)
+    if res.failed or res.value is None:
+        st["failed"] = 1
+        return [], set(), st
+    new: list[Unit] = []
+    replaced: set[str] = set()
+    scope = Scope(kind="region", keys=[region.id])
+    for item in res.value.items[:ABSTRACT_MAX_ITEMS]:  # type: ignore[union-attr]
+        st["proposed"] += 1
+        cited = [local[n - 1] for n in dict.fromkeys(item.units) if 1 <= n <= len(local)]
+        spans = {u.scope.keys[0] if u.scope.kind == "entity" else f"region:{region.id}" for u in cited}
+        stmt = clip(item.statement)
+        if not stmt or len(spans) < 2 or is_vague(stmt):
+            st["rejected"] += 1
+            continue
+        role = {"shared_rule": "pattern", "distinction": "distinction", "exception": "exception"}[item.kind]
+        anchors = _anchor_union([u.anchors + [a.anchor for a in u.attributes] for u in cited])[:ABSTRACT_MAX_ANCHORS]
+        cand = Unit(id=SourceModel.unit_id(stmt, role, scope), statement=stmt, role=role, scope=scope,  # type: ignore[arg-type]
+                    conditions=[clip(c, 200) for c in item.conditions if c.strip()], anchors=anchors)
+        gate = await gate_unit(ctx.llm, cand, source, stage="construct_ground", stats=stats)
+        if gate.unit is None:
+            st["rejected"] += 1
+            continue
+        unit = gate.unit.model_copy(update={"id": SourceModel.unit_id(gate.unit.statement, role, scope)})
+        if item.kind == "shared_rule":
+            cited_ids = {u.id for u in cited}
+            gone = [local[n - 1].id for n in item.replaces if 1 <= n <= len(local)
+                    and local[n - 1].id in cited_ids and local[n - 1].role not in ("card", "map")]
+            replaced.update(gone)
+            unit = unit.model_copy(update={"absorbed": list(dict.fromkeys(gone))})
+            st["replaced"] += len(gone)
+        new.append(unit)
+        st["accepted"] += 1
+    return new, replaced, st
+
+
+# -- brief and maps ----------------------------------------------------------------------------
+def render_brief(b: ReadingBrief) -> str:
+    parts = [clip(b.purpose, 400)]
+    for label, xs in (("Typical questions", b.scenarios), ("Main objects", b.main_objects), ("Ignore", b.ignore)):
+        xs = [clip(x, 120) for x in xs if x.strip()][:6]
+        if xs:
+            parts.append(f"{label}: " + "; ".join(xs) + ".")
+    return " ".join(p for p in parts if p)
+
+
+def source_digest(source: Source, part: Partition, max_chars: int) -> str:
+    """Regions with sample entity names, then evenly spaced excerpts, within ``max_chars``."""
+    intro = (f"Source: {source.id} ({source.kind}, {len(source.elements)} elements, {source.n_chars} characters). "
+             f"{source.description}")
+    head = [intro, "Regions:"]
+    for r in part.regions[:40]:
+        names = [e.name for e in part.entities if e.region == r.id][:8]
+        head.append(f"- {r.title}: {len(r.entity_keys)} entities (e.g. {', '.join(names)})")
+    text = "\n".join(head) + "\n\nSample excerpts:\n"
+    els = source.elements
+    n = min(len(els), 24)
+    step = max(1, len(els) // max(1, n))
+    for el in els[::step][:n]:
+        block = f"[{el.id}] {el.title}\n{el.excerpt(400)}\n\n"
+        if len(text) + len(block) > max_chars:
+            break
+        text += block
+    return text[:max_chars]
+
+
+async def write_brief(source: Source, part: Partition, ctx: Context) -> str:
+    digest = source_digest(source, part, material_chars(ctx, 600))
+    res = await ctx.llm.structured([{"role": "system", "content": BRIEF_SYSTEM}, {"role": "user", "content": digest}],
+                                   ReadingBrief, stage="construct_brief", max_tokens=500)
+    return render_brief(res.value) if res.value is not None else ""  # type: ignore[arg-type]
+
+
+def region_listing(region: Region, entities: list[Entity], source: Source, max_chars: int) -> str:
+    lines = []
+    for ent in entities:
+        heads = [el.title for el in (source.element(i) for i in ent.element_ids[:12]) if el is not None]
+        line = f"- {ent.name}: " + "; ".join(dict.fromkeys(heads))
+        if sum(len(x) + 1 for x in lines) + len(line) > max_chars:
+            lines.append(f"- ... and {len(entities) - len(lines)} more entities")
+            break
+        lines.append(clip(line, 300))
+    return "\n".join(lines)
+
+
+async def map_region(region: Region, entities: list[Entity], brief: str, source: Source,
+                     ctx: Context) -> tuple[list[Unit], str]:
+    """Map units of a region (about + relations) and its routing description."""
+    user = (f"Region: {region.title}\n" + (f"Reading brief: {brief}\n" if brief else "")
+            + f"\nEntities and their sections:\n{region_listing(region, entities, source, material_chars(ctx, 800))}")
+    res = await ctx.llm.structured([{"role": "system", "content": MAP_SYSTEM}, {"role": "user", "content": user}],
+                                   RegionMap, stage="construct_regions", max_tokens=500)
+    if res.value is None:
+        return [], region.description
+    rmap: RegionMap = res.value  # type: ignore[assignment]
+    scope = Scope(kind="region", keys=[region.id])
+    everything = SourceModel.stamp(region.element_ids, source)
+    units = []
+    about = clip(rmap.about, 300)
+    if about:
+        units.append(Unit(id=SourceModel.unit_id(about, "map", scope), statement=about, role="map", scope=scope,
+                          anchors=everything))
+    for rel in rmap.relations[:8]:
+        rel = clip(rel, 300)
+        if len(rel.split()) < 4:
+            continue  # an echoed name, not a relation
+        named = [i for e in entities if e.name.lower() in rel.lower() for i in e.element_ids]
+        units.append(Unit(id=SourceModel.unit_id(rel, "map", scope), statement=rel, role="map", scope=scope,
+                          anchors=SourceModel.stamp(named, source) or everything))
+    description = region.description or clip(re.split(r"(?<=[.!?])\s", about)[0], 200)
+    return units, description
+
+
+# -- orchestration -----------------------------------------------------------------------------
+def merge_gate_stats(parts: list[GateStats]) -> dict[str, Any]:
+    total = GateStats()
+    for g in parts:
+        for k, v in g.__dict__.items():
+            setattr(total, k, getattr(total, k) + v)
+    return total.as_dict()
+
+
+async def _bounded(sem: asyncio.Semaphore, coro):
+    async with sem:
+        return await coro
+
+
+async def construct(source: Source, ctx: Context, cfg: SourceLearnConfig) -> SourceModel:
+    """Build M0 (see module docstring); ``record_stage("M0", ...)`` is done here."""
+    sem = asyncio.Semaphore(max(1, cfg.concurrency))
+    part = await partition(source, ctx, cfg)
+    ctx.progress(f"sourcelearn M0: {len(part.entities)} entities in {len(part.regions)} regions ({part.mode})")
+    sm = SourceModel(source_id=source.id, source_fingerprint=source.fingerprint, regions=part.regions,
+                     entities=part.entities)
+    sm.brief = await write_brief(source, part, ctx)
+    by_region: dict[str, list[Entity]] = defaultdict(list)
+    for e in part.entities:
+        by_region[e.region].append(e)
+    regions = {r.id: r for r in sm.regions}
+
+    maps = await asyncio.gather(*[_bounded(sem, map_region(r, by_region[r.id], sm.brief, source, ctx))
+                                  for r in sm.regions])
+    for r, (_, desc) in zip(sm.regions, maps):
+        r.description = desc
+    reads = await asyncio.gather(*[_bounded(sem, read_entity(e, regions[e.region], sm.brief, source, ctx, cfg))
+                                   for e in part.entities])
+    stats: dict[str, Any] = {"partition": part.stats, "entities": len(part.entities), "regions": len(sm.regions),
+                             "read_failed": sum(1 for r in reads if r.failed),
+                             "claims_proposed": sum(r.proposed for r in reads),
+                             "claims_bad_ids": sum(r.bad_ids for r in reads),
+                             "claims_ungrounded": sum(r.ungrounded for r in reads),
+                             "claims_kept": sum(len(r.claims) for r in reads)}
+    units: list[Unit] = [u for m, _ in maps for u in m]
+    for res in reads:
+        units.extend(entity_units(res, source))
+
+    fold: Counter = Counter()
+    for r in sm.regions:
+        units, fs = fold_prototypes(r, units, cfg.prototype_min_entities, cfg.prototype_min_share)
+        units, merged = merge_mechanisms(r, units)
+        fold.update(fs)
+        fold["mechanisms_merged"] += merged
+    stats["folding"] = dict(fold)
+
+    names = {e.key: e.name for e in part.entities}
+    gates = [GateStats() for _ in sm.regions]  # one per region, merged in region order (deterministic)
+    abstracted = await asyncio.gather(*[
+        _bounded(sem, abstract_region(r, sm.units_in_region(r.id, units), names, sm.brief, source, ctx, g))
+        for r, g in zip(sm.regions, gates)])
+    abst: Counter = Counter()
+    for new, replaced, st in abstracted:
+        units = [u for u in units if u.id not in replaced] + new
+        abst.update(st)
+    stats["abstraction"] = {**dict(abst), "gate": merge_gate_stats(gates)}
+
+    units, stats["dedup_dropped"] = dedup(units, place=lambda u: tuple(sm.unit_regions(u)))
+    for u in units:
+        sm.add(u)
+    stats["units_by_role"] = dict(Counter(u.role for u in sm.units))
+    sm.record_stage("M0", **stats)
+    return sm

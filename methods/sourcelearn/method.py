@@ -1,0 +1,238 @@
+"""SourceLearn and its ablation variants as registered methods.
+
+All variants share one class: they differ in which stages run after construction. The stages that
+the paper shares are shared artifacts in the run's store, so an ablation never redoes them:
+M0 once per source and backend (``sourcelearn/m0``), MS once per M0 and self-study settings
+(``sourcelearn/ms``, shared by every split). Task-guided learning depends on the split's guidance
+tasks, so it lives in the variant's own (per-split) artifact. Each variant's artifact folder holds
+its final ``model.json`` and ``stats.json``.
+
+At task time every variant answers the same way: Hybrid RAG top-k evidence plus the activated part
+of its source model (``activation.py``), through the shared answer prompt.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, ClassVar
+
+from harness.data import Answer, Source, Task, estimate_tokens
+from harness.io import atomic_write_json
+from harness.method import Context, LearnContext, Method
+
+from ..evidence import load_index, retrieve
+from .activation import activate
+from .config import SourceLearnConfig
+from .construct import construct
+from .model import KIND_OF_ROLE, SourceModel
+
+__all__ = [
+    "SourceLearn",
+    "SourceLearnConfig",
+    "SourceLearnLocal",
+    "SourceLearnM0",
+    "SourceLearnMS",
+    "SourceLearnWithoutFailure",
+    "SourceLearnWithoutSelf",
+]
+
+CONSTRUCT_VERSION = "1"
+SELFSTUDY_VERSION = "1"
+MODEL_FILE = "model.json"
+STATS_FILE = "stats.json"
+
+DEVIATIONS = [
+    ("Regions of small flat sources (no folders, < large_source_chars) are deterministic blocks (APIBench domain, "
+     "then alphabetical, ~10 entities) instead of LLM-proposed ones; LLM blocks are used at >= 100k characters."),
+    ("Code entities are public top-level symbols (a class with its methods) plus modules defining none; test "
+     "files are not read at construction (they stay retrievable by Hybrid RAG), as in the official compiler."),
+    ("Document families longer than 16k characters are read as consecutive parts; an entity's material is "
+     "truncated deterministically (equal shares per element, then the tail) to fit the model's context window."),
+    "Small context windows: the activation budget is min(B, window - evidence - reply - prompt reserve).",
+    "If the router call fails, regions are ordered by word overlap between the question and routing cards.",
+    "Construction grounding and the abstraction gate use the backend model itself (as the official code does).",
+]
+
+
+def stage_usage(ctx: Context, before: list[dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+    """Calls and tokens per stage of this method's phase, minus a ``before`` snapshot."""
+    def rows(snap: list[dict[str, Any]]) -> dict[str, Counter]:
+        out: dict[str, Counter] = {}
+        for r in snap:
+            if r["method"] == ctx.llm.method and r["phase"] == ctx.llm.phase and r["status"] != "cached":
+                c = out.setdefault(r["stage"], Counter())
+                c.update({"calls": r["calls"], "input_tokens": r["input_tokens"], "output_tokens": r["output_tokens"]})
+        return out
+
+    now, old = rows(ctx.llm.llm.ledger.snapshot()), rows(before or [])
+    diff = {st: dict(c - old.get(st, Counter())) for st, c in now.items()}
+    return {st: d for st, d in diff.items() if d}
+
+
+def model_summary(sm: SourceModel, source: Source) -> dict[str, Any]:
+    """What the learn stats say about a model: size, unit roles/kinds/origins, conditions, history."""
+    units = sm.units
+    return {
+        "stage": sm.stage,
+        "n_units": len(units),
+        "n_live": len(sm.live_units(source)),
+        "n_entities": len(sm.entities),
+        "n_regions": len(sm.regions),
+        "tokens": sm.tokens(),
+        "units_by_role": dict(sorted(Counter(u.role for u in units).items())),
+        "units_by_kind": dict(sorted(Counter(KIND_OF_ROLE[u.role] for u in units).items())),
+        "units_by_origin": dict(sorted(Counter(u.origin for u in units).items())),
+        "share_with_conditions": round(sum(1 for u in units if u.conditions) / len(units), 4) if units else 0.0,
+        "n_policy": len(sm.policy),
+        "history": [{"stage": h.stage, "n_units": h.n_units} for h in sm.history],
+    }
+
+
+class SourceLearnBase(Method):
+    """Construct M0 -> (self-study MS) -> (task-guided MT); which stages run is set per variant."""
+
+    version = "1"
+    Config = SourceLearnConfig
+    deviations = DEVIATIONS
+    start: ClassVar[str] = "M0"  # the model the variant ends with (M0, MS) or task learning starts from
+    task_learning: ClassVar[bool] = False
+    local: ClassVar[bool] = True  # failure-guided local refinement
+    cross: ClassVar[bool] = True  # lessons, policy and recalibration
+
+    config: SourceLearnConfig
+
+    # -- shared artifacts -----------------------------------------------------------------------
+    def m0_inputs(self, source: Source, ctx: Context) -> dict[str, Any]:
+        c = self.config
+        return {"source": source.id, "fingerprint": source.fingerprint, "model": ctx.llm.spec.settings(),
+                "embedder": ctx.embedder.name, "version": CONSTRUCT_VERSION,
+                "construct": {"max_per_slot": c.max_per_slot, "prototype_min_entities": c.prototype_min_entities,
+                              "prototype_min_share": c.prototype_min_share,
+                              "large_source_chars": c.large_source_chars, "seed": c.seed}}
+
+    def ms_inputs(self, source: Source, ctx: Context) -> dict[str, Any]:
+        c = self.config
+        return {"m0": ctx.store.key("sourcelearn/m0", self.m0_inputs(source, ctx)), "version": SELFSTUDY_VERSION,
+                "selfstudy": {"cycles": c.cycles, "study_actions": c.study_actions,
+                              "actions_per_round": c.actions_per_round, "empty_rounds_stop": c.empty_rounds_stop,
+                              "seed": c.seed}}
+
+    async def _shared(self, kind: str, inputs: dict[str, Any], ctx: Context,
+                      make: Callable[[], Awaitable[SourceModel]]) -> tuple[SourceModel, bool, dict[str, Any]]:
+        """Load the shared model for these inputs, building it once; returns (model, reused, build stats)."""
+        reused = ctx.store.exists(kind, inputs)
+
+        async def build(folder: Path) -> dict[str, Any]:
+            before = ctx.llm.llm.ledger.snapshot()
+            sm = await make()
+            usage = stage_usage(ctx, before)
+            sm.save(folder / MODEL_FILE)
+            return {"usage_by_stage": usage, "n_units": len(sm.units)}
+
+        folder = await ctx.store.get_or_build(kind, inputs, build)
+        man = ctx.store.verify(folder)
+        return SourceModel.load(folder / MODEL_FILE), reused, {"key": folder.name, **man.get("stats", {})}
+
+    async def m0(self, source: Source, ctx: Context) -> tuple[SourceModel, bool, dict[str, Any]]:
+        return await self._shared("sourcelearn/m0", self.m0_inputs(source, ctx), ctx,
+                                  lambda: construct(source, ctx, self.config))
+
+    async def ms(self, source: Source, ctx: Context) -> tuple[SourceModel, bool, dict[str, Any]]:
+        from .selfstudy import self_learn  # lazy: the stage module is optional for M0-only runs
+
+        m0, m0_reused, m0_info = await self.m0(source, ctx)
+        ms, reused, info = await self._shared("sourcelearn/ms", self.ms_inputs(source, ctx), ctx,
+                                              lambda: self_learn(m0, source, ctx, self.config))
+        info["m0"] = {"reused": m0_reused, **m0_info}
+        return ms, reused, info
+
+    # -- Method API -----------------------------------------------------------------------------
+    async def learn(self, source: Source, guidance: list[Task], ctx: LearnContext) -> dict[str, Any]:
+        shared: dict[str, Any] = {}
+        if self.start == "M0":
+            sm, reused, info = await self.m0(source, ctx)
+            shared["m0"] = {"reused": reused, **info}
+        else:
+            sm, reused, info = await self.ms(source, ctx)
+            shared["m0"] = info.pop("m0")
+            shared["ms"] = {"reused": reused, **info}
+        usage: dict[str, Any] = {}
+        for part in shared.values():
+            usage.update(part.get("usage_by_stage", {}))
+        if self.task_learning:
+            from .taskguided import task_learn  # lazy, as above
+
+            before = ctx.llm.llm.ledger.snapshot()
+            sm = await task_learn(sm, source, guidance, ctx, self.config, local=self.local, cross=self.cross)
+            usage.update(stage_usage(ctx, before))
+        sm.save(ctx.workdir / MODEL_FILE)
+        stats = {"model": model_summary(sm, source), "shared": shared, "usage_by_stage": usage,
+                 "n_guidance": len(guidance) if self.task_learning else 0}
+        atomic_write_json(ctx.workdir / STATS_FILE, stats)
+        return stats
+
+    def load(self, artifact_dir: Path, ctx: Context) -> SourceModel:
+        return SourceModel.load(Path(artifact_dir) / MODEL_FILE)
+
+    async def answer(self, task: Task, state: SourceModel, ctx: Context) -> Answer:
+        index = await load_index(ctx)
+        evidence = retrieve(index, ctx.source, task.question, k=self.config.top_k)
+        ev_tokens = estimate_tokens(ctx.benchmark.render_evidence(evidence)) if evidence else 0
+        notes, act = await activate(state, ctx.source, task, ctx, self.config, evidence_tokens=ev_tokens)
+        ans = await ctx.solve(task, evidence, notes=notes)
+        ans.metadata["activation"] = act
+        return ans
+
+
+class SourceLearnM0(SourceLearnBase):
+    name = "sourcelearn-m0"
+    description = "SourceLearn initial source model M0 (construction only) + Hybrid RAG evidence"
+    start = "M0"
+
+
+class SourceLearnMS(SourceLearnBase):
+    name = "sourcelearn-ms"
+    description = "SourceLearn after self-directed source learning (MS; = w/o task-guided) + Hybrid RAG evidence"
+    start = "MS"
+
+
+class SourceLearn(SourceLearnBase):
+    name = "sourcelearn"
+    description = "SourceLearn (MT): construct, self-directed and task-guided source learning, activated under B"
+    uses_guidance = True
+    start = "MS"
+    task_learning = True
+
+
+class SourceLearnWithoutSelf(SourceLearnBase):
+    name = "sourcelearn-wo-self"
+    description = "SourceLearn ablation: task-guided learning applied directly to M0 (no self-directed learning)"
+    uses_guidance = True
+    start = "M0"
+    task_learning = True
+
+
+class SourceLearnLocal(SourceLearnBase):
+    name = "sourcelearn-wo-cross"
+    description = "SourceLearn ablation M_local: failure-guided local refinement only (no lessons, policy, recalibration)"
+    uses_guidance = True
+    start = "MS"
+    task_learning = True
+    cross = False
+
+
+class SourceLearnWithoutFailure(SourceLearnBase):
+    name = "sourcelearn-wo-failure"
+    description = "SourceLearn ablation: MS recalibrated under the task-derived policy, without local refinement"
+    uses_guidance = True
+    start = "MS"
+    task_learning = True
+    local = False
+
+
+def read_stats(artifact_dir: Path) -> dict[str, Any]:
+    """The learn stats a variant saved next to its model (for reports and audits)."""
+    return json.loads((Path(artifact_dir) / STATS_FILE).read_text())

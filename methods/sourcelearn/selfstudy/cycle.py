@@ -1,0 +1,133 @@
+"""Self-Directed Source Learning (paper Sec. 4.3): M -> MS by Inspect-Study-Consolidate cycles.
+
+Inspect rereads every entity's full text against its units; PlanStudy and Study alternate in
+rounds (plan a few actions, study them, plan again with the new observations) until K actions
+were taken or ``empty_rounds_stop`` rounds produced no new action; Consolidate rewrites each
+affected region once. Observations and study questions live only in memory during a cycle; the
+model records counts of them, never their text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from harness.data import Source
+from methods.evidence import load_index
+
+from ..grounding import GateStats
+from ..model import SourceModel
+from ..rewrite import Note, RewriteSpec, RewriteStats, entity_units, gate_summary
+from .consolidate import consolidate
+from .observe import observe
+from .plan import Action, plan_round
+from .study import study
+
+if TYPE_CHECKING:
+    from harness.llm import BoundLLM
+    from harness.method import Context
+    from harness.retrieval import HybridIndex
+
+    from ..config import SourceLearnConfig
+
+
+@dataclass
+class CycleStats:
+    observations_inspect: int = 0
+    observations_study: int = 0
+    inspect_failed: int = 0
+    rounds: int = 0
+    empty_rounds: int = 0
+    actions: int = 0
+    deepen: int = 0
+    connect: int = 0
+    study_failed: int = 0
+    units_before: int = 0
+    units_after: int = 0
+    rewrite: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+async def inspect_entities(llm: BoundLLM, sm: SourceModel, source: Source, cfg: SourceLearnConfig,
+                           stats: CycleStats, *, mode: str = "review", stage: str = "ms_inspect",
+                           policy: list[str] | None = None) -> list[Note]:
+    """One observation call per entity over its complete text; notes in entity order."""
+    sem = asyncio.Semaphore(max(1, cfg.concurrency))
+
+    async def one(ent) -> list[Note] | None:
+        async with sem:
+            return await observe(llm, source, entity_units(sm, ent.key, source), ent.element_ids, (ent.key,),
+                                 mode=mode, stage=stage, max_notes=cfg.max_per_slot,  # type: ignore[arg-type]
+                                 target=f"entity {ent.key} ({ent.name})", policy=policy, full_text=True,
+                                 origin="inspect" if mode == "review" else "policy")
+
+    results = await asyncio.gather(*(one(e) for e in sm.entities if e.element_ids))
+    stats.inspect_failed += sum(r is None for r in results)
+    return [n for r in results if r for n in r]
+
+
+async def study_rounds(llm: BoundLLM, index: HybridIndex, sm: SourceModel, source: Source,
+                       notes: list[Note], cfg: SourceLearnConfig, stats: CycleStats) -> list[Action]:
+    """Plan/study rounds; appends study observations to ``notes``; returns the actions taken."""
+    taken: list[Action] = []
+    empty = 0
+    sem = asyncio.Semaphore(max(1, cfg.concurrency))
+
+    async def run(a: Action) -> list[Note] | None:
+        async with sem:
+            return await study(llm, index, sm, source, a, k=cfg.top_k, max_notes=cfg.max_per_slot, stage="ms_study")
+
+    while len(taken) < cfg.study_actions and empty < cfg.empty_rounds_stop and notes:
+        n = min(cfg.actions_per_round, cfg.study_actions - len(taken))
+        stats.rounds += 1
+        actions = await plan_round(llm, sm, notes, taken, n, stage="ms_plan")
+        if not actions:
+            empty += 1
+            stats.empty_rounds += 1
+            continue
+        taken.extend(actions)
+        found = await asyncio.gather(*(run(a) for a in actions))
+        stats.study_failed += sum(f is None for f in found)
+        new = [x for f in found if f for x in f]
+        stats.observations_study += len(new)
+        notes.extend(new)
+    stats.actions = len(taken)
+    stats.deepen = sum(a.kind == "DEEPEN" for a in taken)
+    stats.connect = sum(a.kind == "CONNECT" for a in taken)
+    return taken
+
+
+async def one_cycle(sm: SourceModel, source: Source, ctx: Context, cfg: SourceLearnConfig,
+                    index: HybridIndex, gate_stats: GateStats) -> tuple[SourceModel, CycleStats]:
+    stats = CycleStats(units_before=len(sm.units))
+    ctx.progress(f"self-study: inspecting {len(sm.entities)} entities")
+    notes = await inspect_entities(ctx.llm, sm, source, cfg, stats)
+    stats.observations_inspect = len(notes)
+    await study_rounds(ctx.llm, index, sm, source, notes, cfg, stats)
+    ctx.progress(f"self-study: {stats.actions} study actions, {len(notes)} observations; consolidating")
+    spec = RewriteSpec(mode="consolidate", origin="self-study", stage="ms_consolidate", ground_stage="ms_ground",
+                       preserve_stage="ms_preserve", concurrency=cfg.concurrency)
+    rw = RewriteStats()
+    new, _ = await consolidate(ctx.llm, sm, source, notes, spec, gate_stats, rw)
+    stats.rewrite = rw.as_dict()
+    stats.units_after = len(new.units)
+    return new, stats
+
+
+async def self_learn(sm: SourceModel, source: Source, ctx: Context, cfg: SourceLearnConfig) -> SourceModel:
+    """MS: ``cfg.cycles`` Inspect-Study-Consolidate cycles on a copy of ``sm`` (0 cycles: a plain copy)."""
+    out = sm.copy_deep()
+    gate_stats = GateStats()
+    cycles: list[dict[str, Any]] = []
+    if cfg.cycles > 0:
+        index = await load_index(ctx)
+        for c in range(cfg.cycles):
+            out, st = await one_cycle(out, source, ctx, cfg, index, gate_stats)
+            cycles.append({"cycle": c + 1, **st.as_dict()})
+    out.record_stage("MS", cycles=cycles, n_cycles=cfg.cycles,
+                     observations=sum(c["observations_inspect"] + c["observations_study"] for c in cycles),
+                     actions=sum(c["actions"] for c in cycles), gate=gate_summary(gate_stats))
+    return out

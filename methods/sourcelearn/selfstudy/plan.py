@@ -1,0 +1,119 @@
+"""PlanStudy: choose the next few study actions from the observations gathered so far.
+
+An action is DEEPEN(entity, question) or CONNECT(entity_a, entity_b, question), each aimed at ONE
+observation with ONE focused question (paper Eq. 10, C.3). The planner is an LLM call; code then
+enforces what the prompt asks: entity keys must exist in the model, DEEPEN names one entity and
+CONNECT two different ones, and an action (kind + entities) is never taken twice in a cycle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, Field
+
+from ..model import SourceModel
+from ..rewrite import Note, fit, material_chars, resolve_entity
+
+if TYPE_CHECKING:
+    from harness.llm import BoundLLM
+
+PLAN_MAX_TOKENS = 1_000
+
+
+@dataclass(frozen=True)
+class Action:
+    kind: Literal["DEEPEN", "CONNECT"]
+    entities: tuple[str, ...]
+    question: str
+    observation: int = 0  # number of the observation it resolves (1-based; 0 = unspecified)
+
+    @property
+    def key(self) -> tuple[str, tuple[str, ...]]:
+        """What makes two actions the same: the kind and the (unordered) entities."""
+        return (self.kind, tuple(sorted(self.entities)))
+
+    def render(self) -> str:
+        return f"{self.kind}({', '.join(self.entities)})"
+
+
+class ProposedAction(BaseModel):
+    kind: Literal["DEEPEN", "CONNECT"]
+    entities: list[str] = Field(description="one entity key for DEEPEN, two for CONNECT, copied exactly")
+    observation: int = Field(description="number of the observation this action resolves")
+    question: str = Field(description="one focused question")
+
+
+class StudyPlan(BaseModel):
+    actions: list[ProposedAction] = Field(default_factory=list)
+
+
+PLAN_SYSTEM = (
+    "You direct the self-study of an agent that keeps a compact SOURCE MODEL of a knowledge source. A "
+    "reading of the source against the model produced the OBSERVATIONS below: temporary notes on what the "
+    "source establishes that the model does not yet explain well. Before the model is rewritten, pick the "
+    "{n} observations whose resolution matters most, one per action. Use DEEPEN on one entity when its "
+    "observation leaves a mechanism, governing condition, order of steps or exception open. Use CONNECT on "
+    "two entities when an observation points to a relation between them that the model does not express "
+    "(one constrains, triggers or feeds the other; both follow one rule with different instances; a "
+    "procedure or dependency spans both). For each action give the number of the observation it resolves "
+    "and ONE focused question: the single thing that must be understood to resolve it (for example: under "
+    "which condition does A switch to B, and what follows?). Never ask for everything about an entity and "
+    "never bundle several aspects into one question. Prefer entities and pairs not studied yet; never "
+    "repeat an action already taken. Copy entity keys exactly as listed."
+)
+
+
+def plan_messages(sm: SourceModel, notes: list[Note], taken: list[Action], n: int,
+                  budget: int) -> list[dict[str, str]]:
+    mentioned = list(dict.fromkeys(k for note in notes for k in note.entities))
+    ents = {e.key: e for e in sm.entities}
+    ent_lines = [f"- {k} ({ents[k].name}; region {ents[k].region})" for k in mentioned if k in ents]
+    ent_lines += [f"- {e.key} ({e.name}; region {e.region})" for e in sm.entities if e.key not in set(mentioned)]
+    history = [f"- {a.render()}: {a.question}" for a in taken]
+    obs = fit((note.render(i) for i, note in enumerate(notes, 1)), budget // 2)
+    ent_lines = fit(ent_lines, budget // 4)
+    history = fit(history, budget // 8)
+    parts = ["Entities (key, name, region):\n" + "\n".join(ent_lines),
+             "Observations:\n" + "\n".join(obs),
+             "Actions already taken:\n" + ("\n".join(history) or "(none)"),
+             f"Choose up to {n} new actions. Reply in JSON."]
+    return [{"role": "system", "content": PLAN_SYSTEM.format(n=n)},
+            {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def validate_actions(proposed: list[ProposedAction], sm: SourceModel, taken: set, n: int,
+                     n_notes: int) -> list[Action]:
+    """Keep well-formed, new actions (at most ``n``): known keys, right arity, one question, no repeat."""
+    out: list[Action] = []
+    seen = set(taken)
+    for p in proposed:
+        keys = [resolve_entity(sm, k) for k in p.entities]
+        if any(k is None for k in keys):
+            continue
+        want = 1 if p.kind == "DEEPEN" else 2
+        if len(keys) != want or len(set(keys)) != want:
+            continue
+        question = " ".join(p.question.split())
+        if not question:
+            continue
+        act = Action(p.kind, tuple(keys), question, p.observation if 1 <= p.observation <= n_notes else 0)  # type: ignore[arg-type]
+        if act.key in seen:
+            continue
+        seen.add(act.key)
+        out.append(act)
+        if len(out) >= n:
+            break
+    return out
+
+
+async def plan_round(llm: BoundLLM, sm: SourceModel, notes: list[Note], taken: list[Action], n: int,
+                     stage: str) -> list[Action]:
+    """One planning round: up to ``n`` new actions (empty if none, or if the call failed)."""
+    budget = material_chars(llm, PLAN_MAX_TOKENS)
+    res = await llm.structured(plan_messages(sm, notes, taken, n, budget), StudyPlan, stage=stage,
+                               max_tokens=PLAN_MAX_TOKENS)
+    if res.failed or res.value is None:
+        return []
+    return validate_actions(res.value.actions, sm, {a.key for a in taken}, n, len(notes))  # type: ignore[union-attr]

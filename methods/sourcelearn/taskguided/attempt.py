@@ -1,0 +1,59 @@
+"""Answer a guidance task exactly as a test task would be answered (paper Eq. 7), and judge it.
+
+Evidence is the Hybrid RAG top-k; the model reaches the shared answer prompt through activation
+(``activation.activate``; until that module exists, the whole live model cut to the budget). The
+verdict comes from the run's judge; the answer text is not kept.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from harness.data import Source, Task, estimate_tokens
+from harness.retrieval import HybridIndex
+from methods.evidence import retrieve
+
+from ..model import SourceModel
+
+if TYPE_CHECKING:
+    from harness.method import Context
+
+    from ..config import SourceLearnConfig
+
+
+@dataclass(frozen=True)
+class Outcome:
+    task_id: str
+    solved: bool
+    judged: bool
+    value: float = 0.0
+    answer_failed: bool = False
+
+
+def fallback_notes(sm: SourceModel, source: Source, budget_tokens: int) -> str:
+    """The whole live model, cut at the budget (used only when activation is unavailable)."""
+    text = sm.render(sm.live_units(source))
+    return text if estimate_tokens(text) <= budget_tokens else text[: budget_tokens * 4]
+
+
+async def model_notes(sm: SourceModel, source: Source, task: Task, ctx: Context, cfg: SourceLearnConfig,
+                      evidence_tokens: int) -> tuple[str, dict[str, Any]]:
+    try:
+        from ..activation import activate
+    except ImportError:
+        return fallback_notes(sm, source, cfg.budget_tokens), {"fallback": True}
+    return await activate(sm, source, task, ctx, cfg, evidence_tokens=evidence_tokens)
+
+
+async def attempt(sm: SourceModel, source: Source, task: Task, ctx: Context, cfg: SourceLearnConfig,
+                  index: HybridIndex) -> Outcome:
+    evidence = retrieve(index, source, task.question, k=cfg.top_k)
+    ev_tokens = estimate_tokens(ctx.benchmark.render_evidence(evidence)) if evidence else 0
+    notes, _ = await model_notes(sm, source, task, ctx, cfg, ev_tokens)
+    answer = await ctx.solve(task, evidence, notes, stage="mt_answer")
+    if ctx.judge is None:
+        return Outcome(task.id, False, False, answer_failed=answer.failed)
+    score = await ctx.judge(task, answer)
+    return Outcome(task.id, bool(score.correct) and not score.failed, not score.failed, float(score.value),
+                   answer.failed)

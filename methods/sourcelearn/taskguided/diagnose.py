@@ -1,0 +1,141 @@
+"""Diagnose (paper Eq. 11): what source evidence supports a guidance task's reference outcome, and
+what source knowledge the task needs. The ONLY step of source learning that reads the reference.
+
+Retrieval uses question + reference; one structured call picks the supporting excerpts E* and the
+claims C (statements about the source, each citing excerpts). What leaves this module is sanitised
+so the reference cannot travel on: ids are checked against the retrieved excerpts, and a claim is
+dropped if it carries reference text the source does not state (a reference-only token anywhere, or
+a reference string its cited excerpts do not contain). The reference itself is never returned.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from harness.data import Source, Task, normalise_ws
+from harness.retrieval import HybridIndex, per_file_cap_for
+
+from ..rewrite import excerpt_blocks, fit, material_chars
+
+if TYPE_CHECKING:
+    from harness.llm import BoundLLM
+
+DIAGNOSE_MAX_TOKENS = 1_200
+_WORD = re.compile(r"[a-z0-9]{3,}")
+
+
+@dataclass(frozen=True)
+class Claim:
+    text: str
+    evidence_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TaskNeeds:
+    """The sanitised diagnosis of one guidance task (no reference inside)."""
+
+    task_id: str
+    question: str
+    support_ids: tuple[str, ...]
+    claims: tuple[Claim, ...]
+    failed: bool = False
+    leaks_dropped: int = 0
+
+
+class Requirement(BaseModel):
+    claim: str = Field(description="one statement about the source, as the excerpts state it")
+    evidence_ids: list[str] = Field(default_factory=list)
+
+
+class Diagnosis(BaseModel):
+    support_ids: list[str] = Field(default_factory=list, description="excerpts that directly support the reference")
+    claims: list[Requirement] = Field(default_factory=list)
+
+
+DIAGNOSE_SYSTEM = (
+    "You work out what a question requires from a knowledge source. You get a question, its reference "
+    "answer and retrieved source excerpts. Return (1) support_ids: the [bracketed] ids of the excerpts that "
+    "directly support the reference answer; (2) claims: the pieces of source knowledge a reader must have to "
+    "reach that answer from the source, each one statement about the source as the excerpts establish it, "
+    "with the ids of the excerpts that establish it. Claims describe the source, not the task: do not mention "
+    "the question, do not write 'the answer is', and do not state anything the excerpts do not establish. "
+    "At most {n} claims."
+)
+
+
+def reference_strings(ref: Any) -> list[str]:
+    """Every textual leaf of a reference (strings, numbers; lists and dict values flattened)."""
+    if ref is None:
+        return []
+    if isinstance(ref, dict):
+        return [s for v in ref.values() for s in reference_strings(v)]
+    if isinstance(ref, (list, tuple, set)):
+        return [s for v in ref for s in reference_strings(v)]
+    s = normalise_ws(str(ref))
+    return [s] if s else []
+
+
+def reference_text(ref: Any) -> str:
+    if isinstance(ref, (dict, list)):
+        return json.dumps(ref, ensure_ascii=False, default=str)
+    return "" if ref is None else str(ref)
+
+
+def source_words(source: Source) -> set[str]:
+    return {w for e in source.elements for w in _WORD.findall((e.title + " " + e.text).lower())}
+
+
+def leaks_reference(text: str, ref_strings: list[str], cited_text: str, vocabulary: set[str]) -> bool:
+    """Does ``text`` carry reference content the source does not state?"""
+    low = text.lower()
+    words = set(_WORD.findall(low))
+    cited = cited_text.lower()
+    for s in ref_strings:
+        sl = s.lower()
+        if any(w in words and w not in vocabulary for w in _WORD.findall(sl)):
+            return True  # a token of the reference that the source never uses
+        if len(sl) >= 3 and sl in low and sl not in cited:
+            return True  # a reference string the cited excerpts do not state
+    return False
+
+
+def diagnose_messages(task: Task, blocks: list[str], max_claims: int) -> list[dict[str, str]]:
+    user = (f"Question: {task.question.strip()}\n\nReference answer: {reference_text(task.reference)}\n\n"
+            "Source excerpts:\n" + "\n\n".join(blocks) + "\n\nReply in JSON.")
+    return [{"role": "system", "content": DIAGNOSE_SYSTEM.format(n=max_claims)}, {"role": "user", "content": user}]
+
+
+async def diagnose(llm: BoundLLM, index: HybridIndex, source: Source, task: Task, *, k: int, max_claims: int,
+                   vocabulary: set[str], stage: str = "mt_diagnose") -> TaskNeeds:
+    ref_strings = reference_strings(task.reference)
+    query = f"{task.question} {reference_text(task.reference)[:1000]}"
+    hits = index.search(query, k=k, per_file_cap=per_file_cap_for(source.kind))
+    budget = material_chars(llm, DIAGNOSE_MAX_TOKENS) - len(reference_text(task.reference))
+    blocks = fit(excerpt_blocks(source, [h.element_id for h in hits]), max(2_000, budget))
+    shown = [h.element_id for h in hits][: len(blocks)]
+    res = await llm.structured(diagnose_messages(task, blocks, max_claims), Diagnosis, stage=stage,
+                               max_tokens=DIAGNOSE_MAX_TOKENS)
+    if res.failed or res.value is None:
+        return TaskNeeds(task.id, task.question, (), (), failed=True)
+    d: Diagnosis = res.value  # type: ignore[assignment]
+    support = tuple(dict.fromkeys(i.strip() for i in d.support_ids if i.strip() in shown))
+    claims: list[Claim] = []
+    dropped = 0
+    for r in d.claims:
+        text = normalise_ws(r.claim)
+        ids = tuple(dict.fromkeys(i.strip() for i in r.evidence_ids if i.strip() in shown)) or support
+        if not text or not ids:
+            continue
+        cited = " ".join(source.element(i).text for i in ids)  # type: ignore[union-attr]
+        if leaks_reference(text, ref_strings, cited, vocabulary):
+            dropped += 1
+            continue
+        claims.append(Claim(text, ids))
+        if len(claims) >= max_claims:
+            break
+    return TaskNeeds(task.id, task.question, support, tuple(claims), leaks_dropped=dropped)

@@ -1,0 +1,128 @@
+"""Activation: the whole live model when it fits; otherwise routed regions loaded whole, required
+first, within the budget; stale units hidden; the budget shrinks for small context windows."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from helpers import SOURCE, TEST, answer_ctx, dispatch, make_ctx, make_llm, stage_calls
+
+from harness.data import estimate_tokens
+from harness.llm import ModelSpec
+from harness.providers import scripted
+from methods.sourcelearn.activation import activate, effective_budget
+from methods.sourcelearn.config import SourceLearnConfig
+from methods.sourcelearn.model import Anchor, Entity, Region, Scope, SourceModel, Unit
+
+PEOPLE = [e.id for e in SOURCE.elements if e.path.startswith("people/")]
+PLACES = [e.id for e in SOURCE.elements if e.path.startswith("places/")]
+ROUTER = "which parts of a source model a question needs"
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def unit(text: str, keys: list[str], eids: list[str], kind: str = "region", role: str = "detail") -> Unit:
+    scope = Scope(kind=kind, keys=keys)  # type: ignore[arg-type]
+    return Unit(id=SourceModel.unit_id(text, role, scope), statement=text, role=role, scope=scope,  # type: ignore[arg-type]
+                anchors=SourceModel.stamp(eids, SOURCE))
+
+
+def toy_model(n_people: int = 12) -> SourceModel:
+    people = [unit(f"People fact {i}: " + "pilots of Nordair rotate between routes " * 3, ["people"],
+                   ["people/alice.md#work"]) for i in range(n_people)]
+    places = [unit("Oslo has a port on the fjord", ["Oslo"], ["places/oslo.md#overview"], kind="entity"),
+              unit("Lyon lies on two rivers and has no port", ["Lyon"], ["places/lyon.md#overview"], kind="entity")]
+    stale = unit("STALE the mayor of Oslo is Zed", ["places"], [])
+    stale = stale.model_copy(update={"anchors": [Anchor(element_id="places/oslo.md#overview", fingerprint="0" * 16)]})
+    glob = unit("The town has two districts", [], ["places/oslo.md#overview"], kind="source")
+    return SourceModel(
+        source_id=SOURCE.id, source_fingerprint=SOURCE.fingerprint, brief="A toy town.",
+        regions=[Region(id="people", title="people", description="who works where", element_ids=PEOPLE,
+                        entity_keys=["Alice", "Bob", "Carol", "Dave"]),
+                 Region(id="places", title="places", description="cities and ports", element_ids=PLACES,
+                        entity_keys=["Oslo", "Lyon"])],
+        entities=[Entity(key="Oslo", name="Oslo", region="places", element_ids=["places/oslo.md#overview"]),
+                  Entity(key="Lyon", name="Lyon", region="places", element_ids=["places/lyon.md#overview"])],
+        units=people + places + [stale, glob])
+
+
+def route_reply(required: list[str], optional: list[str]):
+    return dispatch((ROUTER, json.dumps({"required": required, "optional": optional})))
+
+
+def sizes(sm: SourceModel) -> dict[str, int]:
+    live = sm.live_units(SOURCE)
+    return {r: estimate_tokens(sm.render(sm.units_in_region(r, live), regions=[r])) for r in ("people", "places")}
+
+
+def test_whole_live_model_when_it_fits_and_stale_units_are_hidden(tmp_path):
+    sm = toy_model()
+    ctx = answer_ctx(make_ctx(tmp_path))
+    notes, st = run(activate(sm, SOURCE, TEST[0], ctx, SourceLearnConfig()))
+    assert st["mode"] == "all" and not st["router_used"] and not scripted.CALLS
+    assert notes == sm.render(sm.live_units(SOURCE))
+    assert "STALE" not in notes and st["n_stale"] == 1 and st["n_live"] == len(sm.units) - 1
+    assert "Oslo has a port" in notes and "The town has two districts" in notes
+
+
+def test_routed_regions_load_whole_within_the_budget_and_skip_what_does_not_fit(tmp_path):
+    sm = toy_model()
+    sz = sizes(sm)
+    budget = sz["places"] + 60  # places (+ header, + global) fit; people does not
+    assert sz["people"] > budget
+    scripted.set_script(route_reply(["places"], ["people"]))
+    ctx = answer_ctx(make_ctx(tmp_path))
+    notes, st = run(activate(sm, SOURCE, TEST[0], ctx, SourceLearnConfig(budget_tokens=budget)))
+    assert st["mode"] == "routed" and st["router_used"] and stage_calls(ctx) == {"route": 1}
+    assert st["regions_loaded"] == ["(whole source)", "places"] and st["regions_skipped"] == ["people"]
+    assert st["tokens"] <= budget and estimate_tokens(notes) <= budget
+    assert "Oslo has a port" in notes and "Lyon lies on two rivers" in notes  # the region is whole
+    assert "People fact" not in notes  # never a truncated region
+    assert "STALE" not in notes
+    prompt = scripted.CALLS[0]["messages"][-1]["content"]
+    assert TEST[0].question in prompt and "[places] places — cities and ports" in prompt and "Oslo, Lyon" in prompt
+    assert "REFSECRET" not in prompt
+
+
+def test_required_regions_come_first(tmp_path):
+    sm = toy_model(n_people=3)
+    sm.regions.append(Region(id="harbour", title="harbour", element_ids=PLACES))
+    sm.units += [unit(f"Harbour rule {i}: " + "ships berth by size and tide " * 6, ["harbour"], PLACES[:1])
+                 for i in range(20)]
+    sz = sizes(sm)
+    budget = sz["people"] + sz["places"] + 40
+    assert sm.tokens(sm.live_units(SOURCE)) > budget
+    scripted.set_script(route_reply(["people"], ["places", "nowhere"]))
+    notes, st = run(activate(sm, SOURCE, TEST[0], answer_ctx(make_ctx(tmp_path)), SourceLearnConfig(budget_tokens=budget)))
+    assert st["required"] == ["people"] and st["optional"] == ["places"]  # unknown ids dropped
+    assert st["regions_loaded"] == ["(whole source)", "people", "places"]
+    assert notes.index("## Region people") < notes.index("## Region places")
+    assert "Harbour rule" not in notes and st["tokens"] <= budget
+
+
+def test_router_failure_falls_back_to_lexical_routing(tmp_path):
+    sm = toy_model()
+    budget = sizes(sm)["places"] + 60
+    scripted.set_script(dispatch((ROUTER, "not json")))
+    notes, st = run(activate(sm, SOURCE, TEST[0], answer_ctx(make_ctx(tmp_path)),
+                             SourceLearnConfig(budget_tokens=budget)))
+    assert st["router_failed"] and "places" in st["regions_loaded"]  # "port" / "city" match the places card
+    assert "Oslo has a port" in notes
+
+
+def test_small_context_window_shrinks_the_budget(tmp_path):
+    cfg = SourceLearnConfig()
+    assert effective_budget(cfg, ModelSpec(name="scripted/x")) == 24000
+    small = ModelSpec(name="scripted/x", context_window=8192, max_tokens=256)
+    assert effective_budget(cfg, small, evidence_tokens=3000, question="q" * 40) == 8192 - 3000 - 256 - 400 - 10
+    assert effective_budget(cfg, small, evidence_tokens=9000) == 0
+    assert effective_budget(cfg, small, reply_tokens=64) == 8192 - 64 - 400
+    ctx = make_ctx(tmp_path, llm=make_llm(tmp_path, window=1200, max_tokens=256))
+    sm = toy_model()
+    scripted.set_script(route_reply(["places"], []))
+    _, st = run(activate(sm, SOURCE, TEST[0], answer_ctx(ctx), cfg, evidence_tokens=200))
+    assert st["budget"] == 1200 - 200 - 256 - 400 - estimate_tokens(TEST[0].question)
+    assert st["tokens"] <= st["budget"] and st["mode"] == "routed"

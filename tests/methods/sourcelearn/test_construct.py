@@ -1,0 +1,341 @@
+"""Construction of M0 with the scripted model: partition, id checking, batched grounding, folding into
+prototypes with exceptions, mechanism merging, the abstraction pass and deduplication."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+from helpers import SOURCE, dispatch, make_ctx, stage_calls
+
+from harness.data import Element, Source
+from harness.providers import scripted
+from methods.sourcelearn.config import SourceLearnConfig
+from methods.sourcelearn.construct import (
+    construct,
+    dedup,
+    fold_prototypes,
+    is_vague,
+    merge_mechanisms,
+    render_material,
+)
+from methods.sourcelearn.model import Attribute, Region, Scope, SourceModel, Unit
+from methods.sourcelearn.regions import (
+    ProposedBlock,
+    block_partition,
+    find_entities,
+    folder_partition,
+    partition,
+    validate_blocks,
+)
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+# -- scripted replies, keyed on each prompt's own wording -----------------------------------------
+def _attr(name, value, eid):
+    return {"name": name, "value": value, "element_id": eid}
+
+
+READINGS = {
+    "Alice": {
+        "attributes": [_attr("job", "pilot", "people/alice.md#work"), _attr("employer", "Nordair", "people/alice.md#work"),
+                       _attr("born_in", "Oslo", "people/alice.md#work"),
+                       _attr("pet", "Rex", "people/alice.md#pets"),  # id that does not exist
+                       _attr("city", "Oslo", "places/oslo.md#overview")],  # exists, but was not shown
+        "mechanisms": [{"statement": "Nordair pilots are scheduled from the Oslo base and fly every weekday morning",
+                        "conditions": ["while employed by Nordair"], "element_ids": ["people/alice.md#work"]}],
+        "distinctions": [{"statement": "UNGROUNDED Alice is the mother of Carol", "element_ids": ["people/alice.md#family"]}],
+        "decisive_details": [{"statement": "Alice keeps a dog", "element_id": "made-up-id"}],
+    },
+    "Bob": {
+        "attributes": [_attr("job", "pilot", "people/bob.md#work"), _attr("employer", "Nordair", "people/bob.md#work"),
+                       _attr("born_in", "Lyon", "people/bob.md#work")],
+        "mechanisms": [{"statement": "Nordair pilots are scheduled from the Oslo base and fly every weekday morning",
+                        "conditions": [], "element_ids": ["people/bob.md#work"]}],
+        "distinctions": [], "decisive_details": [],
+    },
+    "Carol": {
+        "attributes": [_attr("job", "pilot", "people/carol.md#work"), _attr("employer", "Nordair", "people/carol.md#work")],
+        "mechanisms": [], "distinctions": [],
+        "decisive_details": [{"statement": "Carol retired in 2020, so she no longer flies", "element_id": "people/carol.md#work"}],
+    },
+    "Dave": {
+        "attributes": [_attr("job", "baker", "people/dave.md#work")],
+        "mechanisms": [], "distinctions": [], "decisive_details": [],
+    },
+}
+EMPTY_READING = {"attributes": [], "mechanisms": [], "distinctions": [], "decisive_details": []}
+
+
+def reading(messages, schema):
+    entity = re.search(r"^Entity: (.+)$", messages[-1]["content"], re.MULTILINE).group(1)
+    return json.dumps(READINGS.get(entity, EMPTY_READING))
+
+
+def batch_gate(messages, schema):
+    claims = re.findall(r"^(\d+)\. (.*)$", messages[-1]["content"], re.MULTILINE)
+    return json.dumps({"verdicts": [{"number": int(n), "supported": "UNGROUNDED" not in text, "evidence_ids": []}
+                                    for n, text in claims]})
+
+
+def abstraction(messages, schema):
+    lines = {text: int(n) for n, text in re.findall(r"^(\d+)\. (.*)$", messages[-1]["content"], re.MULTILINE)}
+    alice = next(n for t, n in lines.items() if t.startswith("(Alice) [card]"))
+    bob = next(n for t, n in lines.items() if t.startswith("(Bob) [card]"))
+    return json.dumps({"items": [
+        {"kind": "shared_rule", "statement": "People employed by Nordair work as pilots",
+         "conditions": ["employer is Nordair"], "units": [alice, bob], "replaces": [alice]},
+        {"kind": "shared_rule", "statement": "Alice works as a pilot", "conditions": [], "units": [alice],
+         "replaces": []},
+        {"kind": "distinction", "statement": "Birthplaces vary", "conditions": [], "units": [alice, bob],
+         "replaces": []},
+    ]})
+
+
+SCRIPT = dispatch(
+    ("For every claim number say whether", batch_gate),
+    ("Is the claim supported?", json.dumps({"supported": True, "evidence_ids": [], "unsupported_parts": []})),
+    ("profile of ONE entity", reading),
+    ("numbered units of ONE region", abstraction),
+    ("structural map of one region", json.dumps({"about": "People of the toy town and their jobs.",
+                                                 "relations": ["Alice is the daughter of Carol", "Bob"]})),
+    ("Before reading it entity by entity", json.dumps({"purpose": "Facts about a toy town.",
+                                                      "scenarios": ["who works where"], "main_objects": ["people"],
+                                                      "ignore": []})),
+)
+
+
+@pytest.fixture
+def m0(tmp_path):
+    scripted.set_script(SCRIPT)
+    ctx = make_ctx(tmp_path)
+    sm = run(construct(SOURCE, ctx, SourceLearnConfig()))
+    return sm, ctx
+
+
+def by_role(sm, role):
+    return [u for u in sm.units if u.role == role]
+
+
+def card_of(sm, key):
+    return next((u for u in by_role(sm, "card") if u.scope.keys == [key]), None)
+
+
+# -- partition -------------------------------------------------------------------------------------
+def test_entities_and_folder_regions_of_a_document_source():
+    ents = find_entities(SOURCE)
+    assert [e.key for e in ents] == ["Alice", "Bob", "Carol", "Dave", "Oslo", "Lyon"]
+    assert ents[0].element_ids == ["people/alice.md#family", "people/alice.md#work"]
+    part = folder_partition(SOURCE, ents)
+    assert [(r.id, r.entity_keys) for r in part.regions] == [("people", ["Alice", "Bob", "Carol", "Dave"]),
+                                                             ("places", ["Oslo", "Lyon"])]
+    assert {e.key: e.region for e in part.entities}["Lyon"] == "places"
+
+
+def test_flat_sources_get_balanced_deterministic_blocks():
+    src = Source(id="flat", kind="documents", elements=[
+        Element(id=f"P{i:02d}#a", title=f"P{i:02d}", text=f"text {i}", path=f"P{i:02d}", metadata={"entity": f"P{i:02d}"})
+        for i in range(51)])
+    part = block_partition(src, find_entities(src))
+    assert [len(r.entity_keys) for r in part.regions] == [9, 9, 9, 8, 8, 8]
+    assert part.regions[0].entity_keys[0] == "P00" and part.regions[-1].entity_keys[-1] == "P50"
+    assert sorted(e.region for e in part.entities).count("block-01") == 9
+
+
+def test_code_entities_are_public_top_level_symbols_and_tests_are_skipped():
+    from harness.elements import split_python
+
+    code = "class Foo:\n    def run(self):\n        return 1\n\ndef _hidden():\n    pass\n\ndef helper():\n    return 2\n"
+    els = split_python("pkg/mod.py", code) + split_python("pkg/consts.py", "X = 1\n") \
+        + split_python("tests/test_mod.py", "def test_x():\n    assert True\n")
+    ents = find_entities(Source(id="c", kind="code", elements=els))
+    assert [e.key for e in ents] == ["pkg/mod.py#Foo", "pkg/mod.py#helper", "pkg/consts.py"]
+    assert ents[0].element_ids == ["pkg/mod.py#Foo", "pkg/mod.py#Foo.run"]
+
+
+def test_an_oversized_folder_is_split_into_blocks_of_whole_files(tmp_path):
+    els = [Element(id=f"big/f{i // 4:02d}.md#s{i}", title=f"S{i}", text=f"section {i}", path=f"big/f{i // 4:02d}.md",
+                   metadata={"entity": f"E{i:02d}"}) for i in range(36)]
+    els.append(Element(id="small/x.md#a", title="X", text="x", path="small/x.md"))
+    src = Source(id="folders", kind="documents", elements=els)
+    part = run(partition(src, make_ctx(tmp_path, src), SourceLearnConfig()))
+    assert part.stats["folders_split"] == 1 and not scripted.CALLS  # small source: no LLM call
+    # 9 files x 4 entities: two files (8 entities) per block, never a file split across blocks
+    assert [r.id for r in part.regions] == [f"big/block-{i:02d}" for i in range(1, 6)] + ["small"]
+    assert [len(r.entity_keys) for r in part.regions] == [8, 8, 8, 8, 4, 1]
+    for r in part.regions:
+        files = {eid.split("#")[0] for eid in r.element_ids}
+        assert all(sum(1 for e in els if e.path == f and e.id in r.element_ids) == (4 if f.startswith("big") else 1)
+                   for f in files)
+    assert {e.region for e in part.entities if e.key == "E35"} == {"big/block-05"}
+
+
+def test_llm_blocks_assign_every_entity_exactly_once():
+    ents = find_entities(SOURCE)
+    regions, st = validate_blocks([ProposedBlock(title="Crew", description="pilots", entities=[1, 2, 2, 99]),
+                                   ProposedBlock(title="Dup", description="", entities=[1])], ents)
+    assert [r.entity_keys for r in regions] == [["Alice", "Bob"], ["Carol", "Dave", "Lyon", "Oslo"]]
+    assert regions[-1].id == "other" and st == {"duplicate_assignments": 2, "unknown_numbers": 1, "unassigned": 4}
+
+
+def test_material_is_truncated_deterministically_to_fit():
+    els = [Element(id=f"e{i}", title=f"t{i}", text="x" * 1000) for i in range(5)]
+    text, shown = render_material(els, 2000)
+    assert shown == ["e0", "e1", "e2", "e3"][: len(shown)] and len(text) <= 2000 + 20
+    assert render_material(els, 2000) == (text, shown)
+    full, all_ids = render_material(els, 100_000)
+    assert all_ids == [e.id for e in els] and "x" * 1000 in full
+
+
+# -- construction ------------------------------------------------------------------------------------
+def test_construction_keeps_only_ids_that_were_shown_and_exist(m0):
+    sm, _ = m0
+    alice = card_of(sm, "Alice")
+    assert alice is not None
+    names = {a.name for a in alice.attributes}
+    assert "pet" not in names and "city" not in names  # invented id; real id of another entity, never shown
+    assert not any("keeps a dog" in u.statement for u in sm.units)
+    assert sm.history[-1].stats["claims_bad_ids"] == 3
+    for u in sm.units:
+        for eid in u.element_ids():
+            assert SOURCE.element(eid) is not None
+        assert not SourceModel.is_stale(u, SOURCE)
+
+
+def test_ungrounded_claim_is_dropped_by_the_batched_gate(m0):
+    sm, ctx = m0
+    assert not any("UNGROUNDED" in u.statement for u in sm.units)
+    # the second: a negative claim whose excerpt states no denial ("no longer flies"), rejected by code
+    assert not any("no longer flies" in u.statement for u in sm.units)
+    assert sm.history[-1].stats["claims_ungrounded"] == 2
+    assert stage_calls(ctx)["construct_ground"] >= 4  # one batched check per entity with claims
+
+
+def test_folding_creates_a_prototype_with_exceptions(m0):
+    sm, _ = m0
+    protos = {u.statement: u for u in by_role(sm, "pattern") if u.scope.kind == "region" and "entities" in u.statement}
+    job = next(u for s, u in protos.items() if s.startswith("In people, job is pilot"))
+    assert job.scope.keys == ["people"] and job.exceptions == ["Dave"]
+    assert "3 of 4" in job.statement
+    assert {a.element_id for a in job.anchors} == {"people/alice.md#work", "people/bob.md#work", "people/carol.md#work"}
+    emp = next(u for s, u in protos.items() if s.startswith("In people, employer is Nordair"))
+    assert emp.exceptions == []
+    assert not any("born_in" in s for s in protos)  # Oslo/Lyon: no value shared by 3
+    # folded cells left the cards; the deviating cell stays on its card (it is the exception)
+    assert card_of(sm, "Bob") is not None and {a.name for a in card_of(sm, "Bob").attributes} == {"born_in"}
+    assert card_of(sm, "Carol") is None  # nothing left on Carol's card
+    assert [(a.name, a.value) for a in card_of(sm, "Dave").attributes] == [("job", "baker")]
+
+
+def test_near_duplicate_mechanisms_merge_into_one_regional_mechanism(m0):
+    sm, _ = m0
+    mechs = by_role(sm, "mechanism")
+    assert len(mechs) == 1
+    m = mechs[0]
+    assert m.scope.kind == "region" and m.scope.keys == ["people"] and len(m.absorbed) == 2
+    assert m.conditions == ["while employed by Nordair"]
+    assert {a.element_id for a in m.anchors} == {"people/alice.md#work", "people/bob.md#work"}
+
+
+def test_abstraction_pass_admits_cross_entity_items_through_the_gate(m0):
+    sm, ctx = m0
+    rules = [u for u in by_role(sm, "pattern") if "Nordair work as pilots" in u.statement]
+    assert len(rules) == 1 and rules[0].conditions == ["employer is Nordair"]
+    assert not any(u.statement == "Alice works as a pilot" for u in sm.units)  # one entity only
+    assert not any("Birthplaces vary" in u.statement for u in sm.units)  # vague, no direction
+    ab = sm.history[-1].stats["abstraction"]
+    assert ab["proposed"] == 3 and ab["accepted"] == 1
+    assert ab["replaced"] == 0  # a shared rule may replace statements, never a card
+    assert card_of(sm, "Alice") is not None
+    assert stage_calls(ctx)["construct_abstract"] == 1  # places has < 4 units: no abstraction call
+
+
+def test_maps_brief_and_routing_descriptions(m0):
+    sm, ctx = m0
+    assert sm.brief.startswith("Facts about a toy town.")
+    maps = by_role(sm, "map")
+    assert {u.statement for u in maps} >= {"People of the toy town and their jobs.", "Alice is the daughter of Carol"}
+    assert "Bob" not in {u.statement for u in maps}  # an echoed name is not a relation
+    rel = next(u for u in maps if u.statement.startswith("Alice is"))
+    assert {a.element_id for a in rel.anchors} == {"people/alice.md#family", "people/alice.md#work",
+                                                   "people/carol.md#work"}
+    assert sm.regions[0].description == "People of the toy town and their jobs."
+    calls = stage_calls(ctx)
+    assert calls["construct_brief"] == 1 and calls["construct_regions"] == 2 and calls["construct_read"] == 6
+    assert sm.stage == "M0" and sm.history[-1].stage == "M0"
+
+
+def test_construction_is_deterministic(tmp_path):
+    scripted.set_script(SCRIPT)
+    a = run(construct(SOURCE, make_ctx(tmp_path / "a"), SourceLearnConfig(concurrency=1)))
+    b = run(construct(SOURCE, make_ctx(tmp_path / "b"), SourceLearnConfig(concurrency=4)))
+    assert a.model_dump_json() == b.model_dump_json()
+
+
+# -- pure folding / dedup ------------------------------------------------------------------------
+def _card(key: str, **attrs: str) -> Unit:
+    scope = Scope(kind="entity", keys=[key])
+    anchor = SourceModel.stamp(["people/alice.md#work"], SOURCE)[0]
+    return Unit(id=SourceModel.unit_id(key, "card", scope), statement=key, role="card", scope=scope,
+                attributes=[Attribute(name=n, value=v, anchor=anchor) for n, v in attrs.items()])
+
+
+def _region(n: int) -> Region:
+    return Region(id="r", title="r", entity_keys=[f"e{i}" for i in range(n)])
+
+
+def test_folding_thresholds_three_entities_and_sixty_percent():
+    # 3 of 5 = 60%: folds; the 4th entity deviates -> exception; the 5th has no such attribute
+    units = [_card("e0", tier="gold"), _card("e1", tier="gold"), _card("e2", tier="Gold "), _card("e3", tier="blue"),
+             _card("e4", size="xl")]
+    out, st = fold_prototypes(_region(5), units, 3, 0.6)
+    protos = [u for u in out if u.role == "pattern"]
+    assert st["prototypes"] == 1 and protos[0].exceptions == ["e3"] and st["cells_folded"] == 3
+    assert [u.scope.keys[0] for u in out if u.role == "card"] == ["e3", "e4"]
+    # 3 of 6 = 50%: below the share, nothing folds
+    out, st = fold_prototypes(_region(6), units + [_card("e5", size="s")], 3, 0.6)
+    assert st["prototypes"] == 0 and sum(1 for u in out if u.role == "card") == 6
+    # 2 of 2 = 100% but fewer than 3 entities: nothing folds
+    out, st = fold_prototypes(_region(2), units[:2], 3, 0.6)
+    assert st["prototypes"] == 0
+
+
+def _stmt(text: str, role: str = "mechanism", key: str = "e0", n_anchors: int = 1) -> Unit:
+    scope = Scope(kind="entity", keys=[key])
+    ids = ["people/alice.md#work", "people/bob.md#work", "people/carol.md#work"][:n_anchors]
+    return Unit(id=SourceModel.unit_id(text, role, scope), statement=text, role=role, scope=scope,  # type: ignore[arg-type]
+                anchors=SourceModel.stamp(ids, SOURCE))
+
+
+def test_dedup_keeps_the_better_anchored_near_duplicate_of_the_same_role():
+    a = _stmt("Orders ship within two days of payment", n_anchors=1)
+    b = _stmt("Orders ship within two days of payment.", key="e1", n_anchors=2)
+    c = _stmt("Orders ship within two days of payment", role="detail", key="e2")
+    d = _stmt("Refunds take a week")
+    out, dropped = dedup([a, b, c, d])
+    assert dropped == 1 and [u.id for u in out] == [b.id, c.id, d.id]
+    assert out[0].absorbed == [a.id]
+    # the same statement in two different regions is kept in both
+    out, dropped = dedup([a, b], place=lambda u: (u.scope.keys[0],))
+    assert dropped == 0 and len(out) == 2
+
+
+def test_mechanisms_of_one_entity_do_not_merge_into_a_region_unit():
+    r = Region(id="r", title="r", entity_keys=["e0", "e1"])
+    units = [_stmt("Jobs retry three times on failure"), _stmt("Jobs retry three times on a failure")]
+    out, merged = merge_mechanisms(r, units)
+    assert merged == 0 and out == units
+    units.append(_stmt("Jobs retry three times on failure", key="e1"))
+    out, merged = merge_mechanisms(r, units)
+    assert merged == 2 and [u.scope.kind for u in out] == ["region"]
+
+
+def test_vague_statements_need_a_direction():
+    assert is_vague("Fees vary between accounts")
+    assert not is_vague("Fees are higher for business accounts")
+    assert not is_vague("Jobs retry three times")

@@ -1,0 +1,158 @@
+"""The registered SourceLearn variants: artifacts (model.json + stats.json), shared M0/MS artifacts
+reused across variants without new calls, answering with evidence + activated notes, stale units
+hidden at answer time, and no guidance reference in anything saved."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+import pytest
+from helpers import GUIDANCE, SOURCE, TEST, answer_ctx, dispatch, make_ctx, stage_calls
+
+from harness import registry
+from harness.data import Source
+from harness.providers import scripted
+from methods.sourcelearn import method as M
+from methods.sourcelearn.model import SourceModel
+
+VARIANTS = {"sourcelearn": M.SourceLearn, "sourcelearn-m0": M.SourceLearnM0, "sourcelearn-ms": M.SourceLearnMS,
+            "sourcelearn-wo-self": M.SourceLearnWithoutSelf, "sourcelearn-wo-cross": M.SourceLearnLocal,
+            "sourcelearn-wo-failure": M.SourceLearnWithoutFailure}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def reading(messages, schema):
+    entity = re.search(r"^Entity: (.+)$", messages[-1]["content"], re.MULTILINE).group(1)
+    ids = re.findall(r"^\[([^\]]+)\]", messages[-1]["content"], re.MULTILINE)
+    return json.dumps({"attributes": [{"name": "nickname", "value": entity.lower(), "element_id": ids[0]}],
+                       "mechanisms": [], "distinctions": [],
+                       "decisive_details": [{"statement": f"{entity} is described in the toy town", "element_id": ids[-1]}]})
+
+
+def batch_gate(messages, schema):
+    n = len(re.findall(r"^\d+\. ", messages[-1]["content"], re.MULTILINE))
+    return json.dumps({"verdicts": [{"number": i, "supported": True, "evidence_ids": []} for i in range(1, n + 1)]})
+
+
+SCRIPT = dispatch(("For every claim number say whether", batch_gate), ("profile of ONE entity", reading))
+
+
+def learn(method, tmp_path, workdir, guidance=(), source=SOURCE):
+    ctx = make_ctx(tmp_path, source, workdir=workdir, method=method.name)
+    stats = run(method.learn(source, list(guidance), ctx))
+    return ctx, stats
+
+
+def construct_stages(ctx) -> dict[str, int]:
+    return {k: v for k, v in stage_calls(ctx).items() if k.startswith("construct")}
+
+
+def need_task_learning():
+    from methods.sourcelearn import taskguided
+
+    if not hasattr(taskguided, "task_learn"):
+        pytest.skip("task-guided learning (Engineer B) not available yet")
+
+
+def test_variants_are_registered_with_their_stage_plan():
+    for name, cls in VARIANTS.items():
+        assert registry._resolve(registry._BUILTIN_METHODS[name]) is cls and cls.name == name
+        assert issubclass(cls, M.SourceLearnBase) and cls.deviations
+    assert not M.SourceLearnM0.uses_guidance and not M.SourceLearnMS.uses_guidance
+    assert all(VARIANTS[n].uses_guidance for n in ("sourcelearn", "sourcelearn-wo-self", "sourcelearn-wo-cross",
+                                                   "sourcelearn-wo-failure"))
+    assert (M.SourceLearnWithoutSelf.start, M.SourceLearn.start) == ("M0", "MS")
+    assert (M.SourceLearnLocal.local, M.SourceLearnLocal.cross) == (True, False)
+    assert (M.SourceLearnWithoutFailure.local, M.SourceLearnWithoutFailure.cross) == (False, True)
+    assert M.SourceLearnConfig().budget_tokens == 24000 and M.SourceLearnConfig().study_actions == 20
+
+
+def test_m0_variant_saves_model_and_stats_and_answers_with_evidence_and_notes(tmp_path):
+    scripted.set_script(SCRIPT)
+    method = M.SourceLearnM0()
+    ctx, stats = learn(method, tmp_path, "m0")
+    assert json.loads((ctx.workdir / "stats.json").read_text()) == stats
+    sm = method.load(ctx.workdir, ctx)
+    assert isinstance(sm, SourceModel) and sm.stage == "M0" and len(sm.units) == stats["model"]["n_units"]
+    assert stats["model"]["units_by_role"]["card"] == 6 and stats["model"]["history"] == [
+        {"stage": "M0", "n_units": len(sm.units)}]
+    assert not stats["shared"]["m0"]["reused"]
+    assert stats["usage_by_stage"]["construct_read"]["calls"] == 6
+    n = len(scripted.CALLS)
+    actx = answer_ctx(ctx)
+    ans = run(method.answer(TEST[0], sm, actx))
+    assert len(scripted.CALLS) == n + 1  # the model fits the budget: no router call, just the answer
+    user = scripted.CALLS[-1]["messages"][-1]["content"]
+    assert "Knowledge about the source" in user and "Source excerpts:" in user
+    assert "Alice is described in the toy town" in user
+    assert ans.metadata["activation"]["mode"] == "all" and ans.evidence_ids
+    assert stage_calls(actx).get("answer") == 1
+
+
+def test_second_variant_reuses_m0_without_construct_calls(tmp_path):
+    pytest.importorskip("methods.sourcelearn.selfstudy")
+    scripted.set_script(SCRIPT)
+    first, s1 = learn(M.SourceLearnM0(), tmp_path, "m0")
+    assert construct_stages(first)["construct_read"] == 6
+    n_before = len(scripted.CALLS)
+    second, s2 = learn(M.SourceLearnMS(), tmp_path, "ms")  # fresh LLM and ledger, same store
+    assert construct_stages(second) == {}
+    assert not any("profile of ONE entity" in c["messages"][0]["content"] for c in scripted.CALLS[n_before:])
+    assert s2["shared"]["m0"]["reused"] and s2["shared"]["m0"]["key"] == s1["shared"]["m0"]["key"]
+    assert not s2["shared"]["ms"]["reused"]
+    # the shared build's costs travel with the variant's stats
+    assert s2["usage_by_stage"]["construct_read"]["calls"] == 6
+    ms = SourceModel.load(second.workdir / "model.json")
+    assert ms.stage == "MS" and [h.stage for h in ms.history][:1] == ["M0"]
+    # and a third variant asking for MS rebuilds nothing
+    third, s3 = learn(M.SourceLearnMS(), tmp_path, "ms2")
+    assert stage_calls(third) == {} and s3["shared"]["ms"]["reused"]
+
+
+def test_changed_m0_settings_build_a_new_shared_model(tmp_path):
+    scripted.set_script(SCRIPT)
+    _, s1 = learn(M.SourceLearnM0(), tmp_path, "a")
+    ctx, s2 = learn(M.SourceLearnM0({"max_per_slot": 3}), tmp_path, "b")
+    assert s1["shared"]["m0"]["key"] != s2["shared"]["m0"]["key"] and construct_stages(ctx)
+    _, s3 = learn(M.SourceLearnM0({"budget_tokens": 1000, "concurrency": 1}), tmp_path, "c")
+    assert s3["shared"]["m0"]["key"] == s1["shared"]["m0"]["key"]  # answer-time settings do not matter
+
+
+def test_stale_anchors_hide_units_when_the_source_changes(tmp_path):
+    scripted.set_script(SCRIPT)
+    method = M.SourceLearnM0()
+    ctx, _ = learn(method, tmp_path, "m0")
+    sm = method.load(ctx.workdir, ctx)
+    changed = Source(id=SOURCE.id, kind=SOURCE.kind, description=SOURCE.description, elements=[
+        e.model_copy(update={"text": e.text + " Alice moved to Lyon.", "fingerprint": ""})
+        if e.id == "people/alice.md#work" else e for e in SOURCE.elements])
+    changed = Source.model_validate(json.loads(changed.model_dump_json()))  # recompute fingerprints
+    actx = answer_ctx(make_ctx(tmp_path, changed, workdir="later"))
+    ans = run(method.answer(TEST[0], sm, actx))
+    act = ans.metadata["activation"]
+    assert act["n_stale"] >= 1 and act["n_live"] == act["n_units"] - act["n_stale"]
+    stale = [u for u in sm.units if SourceModel.is_stale(u, changed)]
+    assert stale and all("people/alice.md#work" in u.element_ids() for u in stale)
+    user = scripted.CALLS[-1]["messages"][-1]["content"]
+    assert all(u.render() not in user for u in stale if u.role != "map")
+
+
+def test_task_variants_share_ms_and_never_save_the_reference(tmp_path):
+    pytest.importorskip("methods.sourcelearn.selfstudy")
+    need_task_learning()
+    scripted.set_script(SCRIPT)
+    a, sa = learn(M.SourceLearn(), tmp_path, "mt", GUIDANCE)
+    b, sb = learn(M.SourceLearnLocal(), tmp_path, "local", GUIDANCE)
+    assert not any(k.startswith(("construct", "ms_")) for k in stage_calls(b))
+    assert sb["shared"]["ms"]["reused"] and sb["shared"]["ms"]["key"] == sa["shared"]["ms"]["key"]
+    assert SourceModel.load(a.workdir / "model.json").stage == "MT"
+    assert SourceModel.load(b.workdir / "model.json").stage == "M_local"
+    c, sc = learn(M.SourceLearnWithoutSelf(), tmp_path, "woself", GUIDANCE)
+    assert sc["shared"]["m0"]["reused"] and "ms" not in sc["shared"] and construct_stages(c) == {}
+    for f in list(tmp_path.rglob("*.json")):
+        assert "REFSECRET" not in f.read_text(), f

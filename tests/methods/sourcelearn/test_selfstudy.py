@@ -1,0 +1,405 @@
+"""Self-directed source learning and the shared region rewrite, with the scripted model.
+
+Replies are routed by the JSON schema a call asks for (each SourceLearn call has its own), so a
+test dictates exactly what the writer, the gate, the preservation check or the planner says, and
+asserts what code makes of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from helpers import SOURCE, make_ctx, stage_calls
+
+from harness.embeddings import HashEmbedder
+from harness.providers import scripted
+from harness.retrieval import HybridIndex
+from methods.sourcelearn.config import SourceLearnConfig
+from methods.sourcelearn.grounding import GateStats
+from methods.sourcelearn.model import Attribute, Entity, Region, Scope, SourceModel, Unit
+from methods.sourcelearn.rewrite import Note, RewriteSpec, apply_rewrite, rewrite_region
+from methods.sourcelearn.selfstudy import self_learn
+from methods.sourcelearn.selfstudy.plan import Action, ProposedAction, validate_actions
+from methods.sourcelearn.selfstudy.study import scoped_evidence
+
+# -- a hand-built M0 over the helpers' toy source ------------------------------------------------
+PEOPLE = {"Alice": ["people/alice.md#family", "people/alice.md#work"],
+          "Bob": ["people/bob.md#family", "people/bob.md#work"],
+          "Carol": ["people/carol.md#work"], "Dave": ["people/dave.md#work"]}
+PLACES = {"Oslo": ["places/oslo.md#overview"], "Lyon": ["places/lyon.md#overview"]}
+
+
+def unit(statement: str, role: str, scope: Scope, ids: list[str], **kw: Any) -> Unit:
+    return Unit(id=SourceModel.unit_id(statement, role, scope), statement=statement, role=role, scope=scope,
+                anchors=SourceModel.stamp(ids, SOURCE), **kw)
+
+
+def ent(key: str) -> Scope:
+    return Scope(kind="entity", keys=[key])
+
+
+def toy_model() -> SourceModel:
+    entities = [Entity(key=k, name=k, region="people", element_ids=v) for k, v in PEOPLE.items()]
+    entities += [Entity(key=k, name=k, region="places", element_ids=v) for k, v in PLACES.items()]
+    regions = [Region(id="people", title="people", element_ids=[i for v in PEOPLE.values() for i in v],
+                      entity_keys=list(PEOPLE)),
+               Region(id="places", title="places", element_ids=[i for v in PLACES.values() for i in v],
+                      entity_keys=list(PLACES))]
+    card = unit("Alice", "card", ent("Alice"), [], attributes=[
+        Attribute(name="job", value="pilot", anchor=SourceModel.stamp(["people/alice.md#work"], SOURCE)[0])])
+    units = [
+        card,
+        unit("Alice flies for Nordair.", "detail", ent("Alice"), ["people/alice.md#work"]),
+        unit("Bob is a pilot at Nordair.", "detail", ent("Bob"), ["people/bob.md#work"]),
+        unit("Most people of the town are Nordair pilots.", "pattern", Scope(kind="region", keys=["people"]),
+             ["people/alice.md#work", "people/bob.md#work", "people/carol.md#work"], exceptions=["Dave"]),
+        unit("Oslo is a fjord city with a port.", "detail", ent("Oslo"), ["places/oslo.md#overview"]),
+    ]
+    sm = SourceModel(source_id=SOURCE.id, source_fingerprint=SOURCE.fingerprint, brief="a toy town",
+                     regions=regions, entities=entities, units=units)
+    sm.record_stage("M0")
+    return sm
+
+
+# -- scripted replies routed by schema -----------------------------------------------------------
+WRITER = frozenset({"keep", "units"})
+OBSERVE = frozenset({"learned", "observations"})
+PLAN = frozenset({"actions"})
+GATE = frozenset({"supported", "evidence_ids", "unsupported_parts"})
+NARROW = frozenset({"statement"})
+PRESERVE = frozenset({"lost"})
+
+Handler = Callable[[str, list[dict[str, str]]], Any]
+
+
+def route(handlers: dict[frozenset, Handler]) -> Callable:
+    """``scripted.set_script`` hook: the handler of the requested schema answers (a dict -> JSON)."""
+    def reply(messages: list[dict[str, str]], schema: dict | None) -> str | None:
+        if schema is None:
+            h = handlers.get(frozenset())
+        else:
+            h = handlers.get(frozenset(schema.get("properties", {})))
+        if h is None:
+            return None
+        out = h("\n".join(m["content"] for m in messages), messages)
+        return out if isinstance(out, str) or out is None else json.dumps(out)
+    return reply
+
+
+def gate_if(pred: Callable[[str], bool]) -> Handler:
+    def h(prompt: str, _):
+        claim = prompt.split("Claim:\n", 1)[1].split("\n\n", 1)[0]
+        return {"supported": pred(claim), "evidence_ids": [], "unsupported_parts": [] if pred(claim) else ["all"]}
+    return h
+
+
+def writes(units: list[dict], keep: list[str] = ()) -> Handler:
+    return lambda prompt, _: {"keep": list(keep), "units": units}
+
+
+def proposal(statement: str, ids: list[str], scope: list[str] = ("Alice",), absorbs: list[str] = (),
+             role: str = "mechanism", conditions: list[str] = ()) -> dict:
+    return {"statement": statement, "role": role, "scope_keys": list(scope), "conditions": list(conditions),
+            "element_ids": ids, "absorbs": list(absorbs), "notes": [1]}
+
+
+def calls_with(props: frozenset) -> list[dict]:
+    return [c for c in scripted.CALLS if c["schema"] and frozenset(c["schema"].get("properties", {})) == props]
+
+
+NOTE = Note(text="Alice and Bob both fly for Nordair; the employer decides the job.",
+            evidence_ids=("people/alice.md#work", "people/bob.md#work"), entities=("Alice",))
+SPEC = RewriteSpec(mode="consolidate", origin="self-study", stage="ms_consolidate", ground_stage="ms_ground",
+                   preserve_stage="ms_preserve")
+
+
+def rewrite(tmp_path, sm: SourceModel, notes=(NOTE,), spec: RewriteSpec = SPEC, gate: GateStats | None = None):
+    ctx = make_ctx(tmp_path)
+    gs = gate if gate is not None else GateStats()
+    res = asyncio.run(rewrite_region(ctx.llm, sm, SOURCE, "people", list(notes), spec, gs))
+    return res, gs, ctx
+
+
+def by_statement(units: list[Unit]) -> dict[str, Unit]:
+    return {u.statement: u for u in units}
+
+
+# -- rewrite: grounding, preservation, cards, protection ------------------------------------------
+def test_rewrite_rejects_ungrounded_units(tmp_path):
+    sm = toy_model()
+    scripted.set_script(route({
+        WRITER: writes([proposal("Alice flies for Nordair as a pilot.", ["people/alice.md#work"]),
+                        proposal("Alice owns a dog called Rex UNGROUNDED.", ["people/alice.md#family"]),
+                        proposal("Alice flies gliders on weekends.", ["people/alice.md#hobbies"])]),
+        GATE: gate_if(lambda c: "UNGROUNDED" not in c),
+        NARROW: lambda p, _: {"statement": ""},
+        PRESERVE: lambda p, _: {"lost": []},
+    }))
+    res, gs, _ = rewrite(tmp_path, sm)
+    assert res.committed
+    new = [u for u in res.units if u.origin == "self-study"]
+    assert [u.statement for u in new] == ["Alice flies for Nordair as a pilot."]
+    assert new[0].anchors[0].element_id == "people/alice.md#work"  # stamped by code with the fingerprint
+    assert new[0].anchors[0].fingerprint == SOURCE.element("people/alice.md#work").fingerprint
+    assert gs.rejected == 2 and gs.accepted == 1
+    assert res.stats.no_evidence == 1  # the invented element id never reached the gate
+    assert not any("UNGROUNDED" in u.statement or "gliders" in u.statement for u in res.units)
+
+
+def test_rewrite_narrows_once_then_accepts(tmp_path):
+    sm = toy_model()
+    scripted.set_script(route({
+        WRITER: writes([proposal("Alice flies for Nordair and UNGROUNDED loves it.", ["people/alice.md#work"])]),
+        GATE: gate_if(lambda c: "UNGROUNDED" not in c),
+        NARROW: lambda p, _: {"statement": "Alice flies for Nordair."},
+        PRESERVE: lambda p, _: {"lost": []},
+    }))
+    res, gs, _ = rewrite(tmp_path, sm)
+    assert gs.narrowed == 1
+    assert "Alice flies for Nordair." in by_statement(res.units)
+    assert len(calls_with(NARROW)) == 1
+
+
+def test_rewrite_that_loses_an_old_meaning_keeps_the_old_unit(tmp_path):
+    sm = toy_model()
+    old = next(u for u in sm.units if u.statement == "Alice flies for Nordair.")
+    merged = proposal("Nordair employs the town's pilots.", ["people/alice.md#work", "people/bob.md#work"],
+                      scope=[], absorbs=[old.id], role="pattern")
+    scripted.set_script(route({WRITER: writes([merged]), GATE: gate_if(lambda c: True),
+                               PRESERVE: lambda p, _: {"lost": [n for n in range(1, 9) if f"{n}. [detail] Alice" in p]}}))
+    res, _, _ = rewrite(tmp_path, sm)
+    got = by_statement(res.units)
+    assert "Alice flies for Nordair." in got and got["Alice flies for Nordair."] == old  # restored unchanged
+    assert got["Nordair employs the town's pilots."].absorbed == [old.id]
+    assert res.stats.restored >= 1
+
+
+def test_rewrite_drops_an_old_unit_only_when_represented(tmp_path):
+    sm = toy_model()
+    old = next(u for u in sm.units if u.statement == "Alice flies for Nordair.")
+    keep = [u.id for u in sm.units if u.role != "card" and u.id != old.id]
+    merged = proposal("Alice is a Nordair pilot.", ["people/alice.md#work"], absorbs=[old.id], role="detail")
+    scripted.set_script(route({WRITER: writes([merged], keep=keep), GATE: gate_if(lambda c: True),
+                               PRESERVE: lambda p, _: {"lost": []}}))
+    res, _, _ = rewrite(tmp_path, sm)
+    assert old.id not in {u.id for u in res.units} and res.dropped_ids == [old.id]
+    new = by_statement(res.units)["Alice is a Nordair pilot."]
+    assert new.origin == "self-study" and new.absorbed == [old.id]
+    # the preservation check only saw the one unit that was neither kept nor unchanged
+    pres = calls_with(PRESERVE)
+    assert len(pres) == 1 and "Alice flies for Nordair." in pres[0]["messages"][-1]["content"]
+    assert "Bob is a pilot" not in pres[0]["messages"][-1]["content"].split("NEW region")[0]
+
+
+def test_failed_writer_or_preservation_call_leaves_region_unchanged(tmp_path):
+    sm = toy_model()
+    scripted.set_script(route({WRITER: lambda p, _: "not json"}))
+    res, _, _ = rewrite(tmp_path, sm)
+    assert not res.committed and res.reason == "writer call failed"
+    before = sm.model_dump()
+    apply_rewrite(sm, res)
+    assert sm.model_dump() == before
+
+    scripted.set_script(route({WRITER: writes([proposal("Alice is a pilot.", ["people/alice.md#work"])]),
+                               GATE: gate_if(lambda c: True), PRESERVE: lambda p, _: "nope"}))
+    res, _, _ = rewrite(tmp_path / "b", sm)
+    assert not res.committed and res.reason == "preservation check failed"
+
+
+def test_cards_are_never_rewritten_and_unchanged_units_are_not_regated(tmp_path):
+    sm = toy_model()
+    card = next(u for u in sm.units if u.role == "card")
+    same = next(u for u in sm.units if u.statement == "Alice flies for Nordair.")
+    outside = next(u for u in sm.units if u.statement == "Bob is a pilot at Nordair.")  # not editable here
+    scripted.set_script(route({
+        WRITER: writes([proposal("Alice's job is pilot at Nordair.", ["people/alice.md#work"], absorbs=[card.id]),
+                        proposal(same.statement, ["people/alice.md#work"], role="detail"),
+                        proposal(outside.statement, ["people/bob.md#work"], scope=["Bob"], role="detail")]),
+        GATE: gate_if(lambda c: True), PRESERVE: lambda p, _: {"lost": []}}))
+    res, _, _ = rewrite(tmp_path, sm)
+    assert card.id not in res.old_ids  # cards are context, not part of the editable set
+    new = by_statement(res.units)["Alice's job is pilot at Nordair."]
+    assert new.absorbed == []
+    assert by_statement(res.units)[same.statement] == same and res.stats.unchanged == 2
+    assert outside.id not in res.old_ids and outside not in res.units
+    assert len(calls_with(GATE)) == 1  # only the new statement was gated
+    out = sm.copy_deep()
+    apply_rewrite(out, res)
+    assert next(u for u in out.units if u.id == card.id) == card
+
+
+def test_protected_units_survive_and_pass_protection_on(tmp_path):
+    sm = toy_model()
+    prot = unit("Bob was born in Lyon.", "detail", ent("Bob"), ["people/bob.md#work"], protected=True,
+                origin="task-refine")
+    sm.units.append(prot)
+    scripted.set_script(route({WRITER: writes([proposal("Alice is a Nordair pilot.", ["people/alice.md#work"])]),
+                               GATE: gate_if(lambda c: True), PRESERVE: lambda p, _: {"lost": []}}))
+    res, _, _ = rewrite(tmp_path, sm, notes=(NOTE, Note("x", ("people/bob.md#work",), entities=("Bob",))))
+    assert prot in res.units and res.stats.protected_kept == 1
+
+    absorbing = proposal("Bob, a Nordair pilot, was born in Lyon.", ["people/bob.md#work"], scope=["Bob"],
+                         absorbs=[prot.id], role="detail")
+    scripted.set_script(route({WRITER: writes([absorbing]), GATE: gate_if(lambda c: True),
+                               PRESERVE: lambda p, _: {"lost": []}}))
+    res, _, _ = rewrite(tmp_path / "b", sm, notes=(NOTE, Note("x", ("people/bob.md#work",), entities=("Bob",))))
+    new = by_statement(res.units)["Bob, a Nordair pilot, was born in Lyon."]
+    assert prot.id not in {u.id for u in res.units} and new.protected and new.absorbed == [prot.id]
+
+
+def test_refine_mode_caps_changed_units(tmp_path):
+    sm = toy_model()
+    many = [proposal(f"Fact number {i} about Alice.", ["people/alice.md#work"]) for i in range(6)]
+    scripted.set_script(route({WRITER: writes(many), GATE: gate_if(lambda c: True),
+                               PRESERVE: lambda p, _: {"lost": []}}))
+    spec = RewriteSpec(mode="refine", origin="task-refine", stage="mt_refine", ground_stage="mt_ground",
+                       preserve_stage="mt_preserve", max_changed=4, protect_new=True, delta=True)
+    res, _, _ = rewrite(tmp_path, sm, spec=spec)
+    new = [u for u in res.units if u.origin == "task-refine"]
+    assert len(new) == 4 and res.stats.over_cap == 2 and all(u.protected for u in new)
+    # refinement adds and replaces: units nobody absorbed stay without a preservation call
+    assert {u.id for u in res.units} >= set(res.old_ids) and not calls_with(PRESERVE)
+    assert "at most 4 units" in calls_with(WRITER)[0]["messages"][0]["content"]
+
+
+def test_stale_units_are_neither_shown_nor_rewritten(tmp_path):
+    sm = toy_model()
+    stale = unit("Alice used to fly gliders.", "detail", ent("Alice"), ["people/alice.md#work"])
+    stale.anchors[0].fingerprint = "0" * 16  # the anchored text changed since this unit was written
+    sm.units.append(stale)
+    scripted.set_script(route({WRITER: writes([]), PRESERVE: lambda p, _: {"lost": []}}))
+    res, _, _ = rewrite(tmp_path, sm)
+    assert stale.id not in res.old_ids and "gliders" not in calls_with(WRITER)[0]["messages"][-1]["content"]
+    out = sm.copy_deep()
+    apply_rewrite(out, res)
+    assert stale.id in {u.id for u in out.units}  # left for use-time filtering, not silently deleted
+
+
+# -- planning -------------------------------------------------------------------------------------
+def test_validate_actions_checks_keys_arity_and_repeats():
+    sm = toy_model()
+    taken = {Action("CONNECT", ("Alice", "Bob"), "q").key}
+    raw = [ProposedAction(kind="DEEPEN", entities=["alice"], observation=1, question="When does Alice fly?"),
+           ProposedAction(kind="DEEPEN", entities=["Alice"], observation=2, question="Again?"),
+           ProposedAction(kind="CONNECT", entities=["Bob", "Alice"], observation=1, question="Repeat?"),
+           ProposedAction(kind="CONNECT", entities=["Bob", "Bob"], observation=1, question="Self?"),
+           ProposedAction(kind="DEEPEN", entities=["Nobody"], observation=1, question="Unknown?"),
+           ProposedAction(kind="DEEPEN", entities=["Carol", "Dave"], observation=1, question="Arity?"),
+           ProposedAction(kind="CONNECT", entities=["Oslo", "Lyon"], observation=9, question=" Ports? "),
+           ProposedAction(kind="DEEPEN", entities=["Dave"], observation=1, question="Over n")]
+    acts = validate_actions(raw, sm, taken, n=2, n_notes=3)
+    assert [(a.kind, a.entities, a.question, a.observation) for a in acts] == [
+        ("DEEPEN", ("Alice",), "When does Alice fly?", 1), ("CONNECT", ("Oslo", "Lyon"), "Ports?", 0)]
+
+
+def observe_all(prompt: str, _) -> dict:
+    """Every inspection finds one gap, citing the first element shown."""
+    eid = prompt.split("Source text:\n[", 1)[1].split("]", 1)[0]
+    return {"learned": True, "observations": [
+        {"note": f"OBSNOTE about {eid}", "evidence_ids": [eid], "implication": "IMPLNOTE", "unit_ids": []}]}
+
+
+def test_plan_never_repeats_and_stops_after_two_empty_rounds(tmp_path):
+    rounds = iter([
+        {"actions": [{"kind": "DEEPEN", "entities": ["Alice"], "observation": 1, "question": "QSTUDY one?"},
+                     {"kind": "DEEPEN", "entities": ["Alice"], "observation": 1, "question": "QSTUDY dup?"},
+                     {"kind": "CONNECT", "entities": ["Alice", "Bob"], "observation": 2, "question": "QSTUDY two?"}]},
+        {"actions": [{"kind": "CONNECT", "entities": ["Bob", "Alice"], "observation": 2, "question": "again?"}]},
+        {"actions": [{"kind": "DEEPEN", "entities": ["Alice"], "observation": 1, "question": "again?"}]},
+        {"actions": [{"kind": "DEEPEN", "entities": ["Carol"], "observation": 1, "question": "never asked"}]},
+    ])
+    scripted.set_script(route({OBSERVE: observe_all, PLAN: lambda p, _: next(rounds),
+                               WRITER: writes([]), PRESERVE: lambda p, _: {"lost": []}}))
+    ctx = make_ctx(tmp_path)
+    ms = asyncio.run(self_learn(toy_model(), SOURCE, ctx, SourceLearnConfig(study_actions=20)))
+    rec = ms.history[-1].stats["cycles"][0]
+    assert rec["rounds"] == 3 and rec["empty_rounds"] == 2
+    assert rec["actions"] == 2 and rec["deepen"] == 1 and rec["connect"] == 1
+    study = [c for c in calls_with(OBSERVE) if "STUDY mode" in c["messages"][0]["content"]]
+    assert len(study) == 2
+    # the second and third planning rounds saw the actions already taken
+    plans = calls_with(PLAN)
+    assert "DEEPEN(Alice): QSTUDY one?" in plans[1]["messages"][-1]["content"]
+
+
+def test_plan_stops_at_k_actions(tmp_path):
+    keys = list(PEOPLE) + list(PLACES)
+    fresh = [{"kind": "CONNECT", "entities": [a, b], "observation": 1, "question": f"How do {a} and {b} relate?"}
+             for i, a in enumerate(keys) for b in keys[i + 1:]]
+    counter = iter(range(100))
+
+    def plan(prompt: str, _):
+        r = next(counter)
+        return {"actions": fresh[5 * r: 5 * r + 5]}
+
+    scripted.set_script(route({OBSERVE: observe_all, PLAN: plan, WRITER: writes([]),
+                               PRESERVE: lambda p, _: {"lost": []}}))
+    ctx = make_ctx(tmp_path)
+    ms = asyncio.run(self_learn(toy_model(), SOURCE, ctx, SourceLearnConfig(study_actions=7, actions_per_round=5)))
+    rec = ms.history[-1].stats["cycles"][0]
+    assert rec["actions"] == 7 and rec["rounds"] == 2
+    assert "Choose up to 2 new actions" in calls_with(PLAN)[1]["messages"][-1]["content"]
+    assert stage_calls(ctx)["ms_study"] == 7
+
+
+def test_scoped_evidence_reads_the_entity_first():
+    idx = HybridIndex(SOURCE.elements, HashEmbedder())
+    hits = scoped_evidence(idx, SOURCE, "Oslo port mayor", PEOPLE["Dave"], k=4)
+    assert hits[0].element_id == "people/dave.md#work"  # in scope, although Oslo's article matches better
+    assert "places/oslo.md#overview" in [h.element_id for h in hits[1:]]
+    assert len({h.element_id for h in hits}) == len(hits) == 4
+
+
+# -- the whole cycle ------------------------------------------------------------------------------
+def test_self_learn_consolidates_and_never_stores_observations(tmp_path):
+    plan_once = iter([{"actions": [{"kind": "DEEPEN", "entities": ["Alice"], "observation": 1,
+                                    "question": "QSTUDY when does Alice fly?"}]}])
+
+    def writer(prompt: str, _):
+        if "Region: people" not in prompt:
+            return {"keep": [], "units": []}
+        return {"keep": [], "units": [proposal("Alice flies for Nordair because its pilots are its staff.",
+                                               ["people/alice.md#work"])]}
+
+    scripted.set_script(route({OBSERVE: observe_all, PLAN: lambda p, _: next(plan_once, {"actions": []}),
+                               WRITER: writer, GATE: gate_if(lambda c: True), PRESERVE: lambda p, _: {"lost": []}}))
+    ctx = make_ctx(tmp_path)
+    m0 = toy_model()
+    ms = asyncio.run(self_learn(m0, SOURCE, ctx, SourceLearnConfig()))
+    assert ms is not m0 and m0.stage == "M0" and len(m0.history) == 1  # input untouched
+    assert ms.stage == "MS" and ms.history[-1].stats["actions"] == 1
+    assert ms.history[-1].stats["observations"] == 6 + 1  # one per entity, one from the study action
+    new = [u for u in ms.units if u.origin == "self-study"]
+    assert [u.statement for u in new] == ["Alice flies for Nordair because its pilots are its staff."]
+    path = tmp_path / "ms.json"
+    ms.save(path)
+    text = path.read_text()
+    assert "OBSNOTE" not in text and "IMPLNOTE" not in text and "QSTUDY" not in text
+    assert SourceModel.load(path) == ms
+    calls = stage_calls(ctx)
+    assert calls["ms_inspect"] == 6 and calls["ms_consolidate"] == 2 and calls["ms_ground"] == 1
+    # inspection reread each entity's complete text next to its units
+    insp = [c for c in calls_with(OBSERVE) if "REVIEW mode" in c["messages"][0]["content"]]
+    alice = next(c for c in insp if "entity Alice" in c["messages"][-1]["content"])["messages"][-1]["content"]
+    assert "Alice has a dog named Rex" in alice and "Alice was born in Oslo" in alice
+    assert "Alice flies for Nordair." in alice
+
+
+def test_zero_cycles_is_a_plain_copy(tmp_path):
+    ctx = make_ctx(tmp_path)
+    m0 = toy_model()
+    ms = asyncio.run(self_learn(m0, SOURCE, ctx, SourceLearnConfig(cycles=0)))
+    assert ms is not m0 and ms.units == m0.units and ms.stage == "MS"
+    assert scripted.CALLS == []
+
+
+def test_self_learn_is_deterministic(tmp_path):
+    def run(folder):
+        scripted.reset()
+        ctx = make_ctx(folder)
+        return asyncio.run(self_learn(toy_model(), SOURCE, ctx, SourceLearnConfig())).model_dump_json()
+
+    assert run(tmp_path / "a") == run(tmp_path / "b")
