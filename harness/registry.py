@@ -33,11 +33,17 @@ _BUILTIN_METHODS = {
     "sourcelearn-wo-self": "methods.sourcelearn.method:SourceLearnWithoutSelf",
     "sourcelearn-wo-cross": "methods.sourcelearn.method:SourceLearnLocal",
     "sourcelearn-wo-failure": "methods.sourcelearn.method:SourceLearnWithoutFailure",
+    "rika": "methods.rika:RIKA",
+    "kb-curator": "methods.kb_curator:KBCurator",
+    "navigator": "methods.navigator:Navigator",
 }
 _BUILTIN_BENCHMARKS = {
     "phantomwiki": "adapters.phantomwiki:PhantomWiki",
     "apibench": "adapters.apibench:APIBench",
     "swe_qa": "adapters.swe_qa:SWEQA",
+    "multidoc2dial": "adapters.multidoc2dial:MultiDoc2Dial",
+    "narrativeqa": "adapters.narrativeqa:NarrativeQA",
+    "appworld": "adapters.appworld:AppWorld",
 }
 _EXTRA: dict[str, dict[str, Any]] = {METHOD_GROUP: {}, BENCHMARK_GROUP: {}}
 
