@@ -9,7 +9,8 @@ Model names
 Model args (``get_model(..., **model_args)`` or ``-M`` on inspect's CLI)
     ``model_path``     GGUF file (overrides the name).
     ``n_ctx``          context window in tokens (default 8192, SmolLM2's trained context).
-    ``n_threads``      CPU threads (default ``os.cpu_count()``).
+    ``n_threads``      CPU threads (default: ``$SOURCEBENCH_LOCAL_THREADS``, else half the CPUs, at least 1;
+                       see :func:`default_threads`).
     ``seed``           default sampling seed when ``GenerateConfig.seed`` is unset (default 0).
     ``chat_format``    a llama-cpp-python chat format name; default: the chat template embedded in
                        the GGUF (SmolLM2: ChatML with its default system prompt).
@@ -24,6 +25,14 @@ greedy decoding), ``top_p``, ``top_k``, ``seed``, ``stop_seqs``, ``frequency_pen
 ``presence_penalty``, ``logit_bias`` and ``response_schema`` (output is constrained by a GBNF grammar
 built from the JSON schema, so it always parses, unless it is cut off by ``max_tokens``).
 
+Build ``response_schema`` with ``inspect_ai.util.json_schema(PydanticModel)`` (it inlines pydantic's
+``$defs``), not ``ResponseSchema(json_schema=Model.model_json_schema())``: inspect's ``JSONSchema`` type
+silently drops ``$ref``, ``$defs``, ``const``, ``minItems`` and other keys it does not model, so a
+referenced sub-model arrives as ``{}`` (unconstrained) and a one-value ``Literal`` as a plain string.
+A 135M model also needs the expected shape shown in the prompt (an example object): the grammar
+guarantees the syntax, but without an example SmolLM2 often runs on inside a string or list until
+``max_tokens``.
+
 Usage (prompt/output tokens from llama.cpp) is always set on the output, so inspect never falls back
 to a tiktoken download. A prompt that does not fit the context window does not crash anything: by
 default the call returns inspect's convention for that, an output with ``stop_reason="model_length"``,
@@ -31,9 +40,9 @@ empty text and ``error`` = "prompt of N tokens exceeds the context window of M t
 own providers return, and what agents such as ``react`` check for); with
 ``context_overflow="raise"`` it raises :class:`ContextWindowExceededError` instead.
 
-The model is loaded lazily (first call), once per process and (path, n_ctx), and shared by every
-``Model`` instance. llama.cpp is not thread-safe, so calls are serialised by a lock and run in a
-worker thread (the event loop stays responsive); ``max_connections()`` is 1.
+The model is loaded lazily (first call), once per process and (path, n_ctx, threads, chat format),
+and shared by every ``Model`` instance. llama.cpp is not thread-safe, so calls are serialised by a
+lock and run in a worker thread (the event loop stays responsive); ``max_connections()`` is 1.
 """
 
 from __future__ import annotations
@@ -143,10 +152,31 @@ def resolve_model_path(model_name: str, model_path: str | os.PathLike[str] | Non
     return path.resolve()
 
 
+def default_threads() -> int:
+    """CPU threads for llama.cpp: ``$SOURCEBENCH_LOCAL_THREADS``, else half the CPUs (at least 1).
+
+    Not all of them: llama-cpp-python's wheels use OpenMP, whose threads spin at every barrier, so
+    when anything else wants the CPU (another sample's retrieval, a second process, torch) a model
+    using every core slows down by 5-20x (measured on a busy 2-core machine: generation 0.8-2.5
+    tok/s with 2 threads against 14-50 tok/s with 1). Half the CPUs is also llama-cpp-python's
+    own default (physical cores on hyper-threaded machines).
+    """
+    env = os.environ.get("SOURCEBENCH_LOCAL_THREADS", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ModelUnavailableError(
+                f"SOURCEBENCH_LOCAL_THREADS={env!r}: expected a positive whole number"
+            ) from None
+    return max(1, (os.cpu_count() or 2) // 2)
+
+
 _LOAD_LOCK = threading.Lock()  # guards _MODELS (and the load itself: one load per key)
 _GENERATE_LOCK = threading.Lock()  # llama.cpp contexts are not thread-safe; one call at a time
-_MODELS: dict[tuple[str, int], Any] = {}
-LOAD_SECONDS: dict[tuple[str, int], float] = {}  # how long each load took (for reports)
+_ModelKey = tuple[str, int, int, str | None]  # path, n_ctx, n_threads, chat_format
+_MODELS: dict[_ModelKey, Any] = {}
+LOAD_SECONDS: dict[_ModelKey, float] = {}  # how long each load took (for reports)
 
 
 def load_llama(
@@ -157,8 +187,12 @@ def load_llama(
     seed: int = DEFAULT_SEED,
     chat_format: str | None = None,
 ) -> Any:
-    """The process-wide ``llama_cpp.Llama`` for (path, n_ctx), loaded on first use."""
-    key = (str(path), int(n_ctx))
+    """The process-wide ``llama_cpp.Llama`` for (path, n_ctx, n_threads, chat_format), loaded on first use.
+
+    ``seed`` only seeds the load; every call passes its own seed.
+    """
+    threads = n_threads or default_threads()
+    key = (str(path), int(n_ctx), threads, chat_format)
     with _LOAD_LOCK:
         llm = _MODELS.get(key)
         if llm is not None:
@@ -167,7 +201,6 @@ def load_llama(
             from llama_cpp import Llama
         except ImportError:
             raise LocalExtraMissingError(path.name if path.name != SMOLLM2_GGUF else DEFAULT_MODEL) from None
-        threads = n_threads or os.cpu_count() or 1
         t0 = time.perf_counter()
         try:
             llm = Llama(
@@ -306,7 +339,8 @@ def grammar_for_schema(schema: dict[str, Any]) -> Any:
     to "any JSON" when the schema cannot be converted; building the grammar here turns that into an
     error instead of quietly unconstrained output.
     """
-    key = json.dumps(schema, sort_keys=True)
+    # not sort_keys: the grammar emits properties in schema order, which matters (reasoning before answer)
+    key = json.dumps(schema)
     grammar = _GRAMMARS.get(key)
     if grammar is None:
         from llama_cpp import LlamaGrammar
@@ -366,7 +400,7 @@ class LocalLlamaAPI(ModelAPI):
         if importlib.util.find_spec("llama_cpp") is None:
             raise LocalExtraMissingError(model_name)
         self.n_ctx = int(n_ctx)
-        self.n_threads = int(n_threads) if n_threads else (os.cpu_count() or 1)
+        self.n_threads = int(n_threads) if n_threads else default_threads()
         self.seed = int(seed)
         self.chat_format = chat_format
         self.repeat_penalty = float(repeat_penalty)
@@ -434,7 +468,9 @@ class LocalLlamaAPI(ModelAPI):
                 return response, time.perf_counter() - t0
 
         try:
-            response, seconds = await anyio.to_thread.run_sync(run)
+            # abandon_on_cancel: an attempt timeout or cancelled sample returns at once; the abandoned
+            # generation finishes in its thread (holding the lock) and is discarded
+            response, seconds = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
         except ValueError as e:
             m = _CTX_ERROR.search(str(e))
             if not m:
