@@ -8,6 +8,8 @@ is one source; articles are split at their markdown sections. Tasks are grouped 
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -19,6 +21,42 @@ from harness.io import read_json, require_fields
 from judges.exact_f1 import exact_f1
 
 from .base import Benchmark
+
+_PROLOG_TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"|\b([A-Z][A-Za-z0-9_]*)\b')  # "constant" or Variable
+
+
+def gold_path(q: dict, people: set[str]) -> list[list[str]]:
+    """The people on a question's gold reasoning path, from its named start to its answer end.
+
+    Gold information like ``reference`` (for analyses such as the key-overlap protocol; methods must
+    not read it). The Prolog query is a chain whose last atom holds the start, so atoms are walked in
+    reverse; each step is a named person or the sorted people a variable takes over all solution
+    traces. Steps that are not people (dates, counts, attribute values) are left out.
+    """
+    traces = q.get("solution_traces") or []
+    if isinstance(traces, str):
+        try:
+            traces = json.loads(traces)
+        except json.JSONDecodeError:
+            traces = []
+    prolog = q.get("prolog")
+    query = (prolog.get("query") or []) if isinstance(prolog, dict) else []
+    steps: list[list[str]] = []
+    seen: set[tuple[str, str]] = set()
+    for atom in reversed([str(a) for a in query]):
+        for m in _PROLOG_TOKEN.finditer(atom):
+            const, var = m.group(1), m.group(2)
+            key = ("const", const) if const is not None else ("var", var)
+            if key in seen:
+                continue
+            seen.add(key)
+            if const is not None:
+                values = [const] if const in people else []
+            else:
+                values = sorted({str(t[var]) for t in traces if isinstance(t, dict) and str(t.get(var)) in people})
+            if values:
+                steps.append(values)
+    return steps
 
 
 class AnswerSet(BaseModel):
@@ -78,9 +116,15 @@ class PhantomWiki(Benchmark):
         return Source(id=source_id, kind="documents", elements=elements, origin=str(path),
                       description="PhantomWiki: articles about people of a generated universe")
 
+    def _people(self, source_id: str) -> set[str]:
+        articles = read_json(self._dir(source_id) / "articles.json")
+        return {a["title"] for a in articles if isinstance(a, dict) and "title" in a} \
+            if isinstance(articles, list) else set()
+
     def load_tasks(self, source_id: str) -> list[Task]:
         path = self._dir(source_id) / "questions.json"
         qs = read_json(path)
+        people: set[str] | None = None  # article titles, read once the questions look valid
         if not isinstance(qs, list):
             raise DataError(f"{path}: expected a JSON list of questions")
         tasks = []
@@ -88,6 +132,8 @@ class PhantomWiki(Benchmark):
             if not isinstance(q, dict):
                 raise DataError(f"{path}: question {i} is not an object")
             require_fields(path, None, q, ["id", "question", "answer", "type"])
+            if people is None:
+                people = self._people(source_id)
             tasks.append(Task(
                 id=str(q["id"]),
                 source_id=source_id,
@@ -95,7 +141,8 @@ class PhantomWiki(Benchmark):
                 reference=[str(a) for a in q["answer"]],
                 group=f"type-{q['type']}",
                 metadata={"difficulty": q.get("difficulty"), "type": q["type"],
-                          "is_aggregation_question": q.get("is_aggregation_question")},
+                          "is_aggregation_question": q.get("is_aggregation_question"),
+                          "gold_path": gold_path(q, people)},
             ))
         return tasks
 

@@ -44,6 +44,16 @@ def _positive(s: str) -> int:
     return v
 
 
+def _non_negative(s: str) -> int:
+    try:
+        v = int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {s!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative integer, got {s!r}")
+    return v
+
+
 def _kv(items: list[str] | None, flag: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for it in items or []:
@@ -111,24 +121,62 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--context-window", type=_positive, help="solver context window in tokens; longer prompts are "
                    "scored failures (default: known for local models)")
     r.add_argument("--max-samples", type=_positive, help="concurrent test tasks (default: inspect's)")
+    r.add_argument("--max-connections", type=_positive, help="concurrent model calls (default: inspect's, per provider)")
+    r.add_argument("--max-retries", type=_non_negative, default=5, help="retries of a failed model call (HTTP 429/5xx, "
+                   "timeout, dropped connection, unparsable reply) with exponential backoff, after which the task "
+                   "is a scored failure with the reason (default 5)")
+    r.add_argument("--attempt-timeout", type=_positive, help="seconds before one attempt of a model call is "
+                   "abandoned and retried (default: the provider's)")
+    r.add_argument("--timeout", type=_positive, help="seconds a model call may take, retries included (default: none)")
+    r.add_argument("--executor", default="local", choices=["local", "ray"], help="run the (method, source, seed) "
+                   "cells here (local, default) or as Ray tasks (ray; the output folder must be shared by all nodes)")
+    r.add_argument("--ray-address", help="Ray cluster to use with --executor ray, e.g. auto or ray://head:10001 "
+                   "(default: start a local instance)")
     r.add_argument("--display", default=None, choices=["full", "conversation", "rich", "plain", "log", "none"],
                    help="inspect-ai display during the test phase (default: plain on a terminal, none otherwise)")
     r.add_argument("--no-report", action="store_true", help="do not write the leaderboard at the end")
+    from reports.protocols.cli import add_settings as add_protocol_settings
+    from reports.protocols.cli import protocol_list
+
+    r.add_argument("--protocols", type=protocol_list, help="after the test phase, run these evaluation protocols and "
+                   "add them to the leaderboard: key-overlap, break-even, prequential, harmful, or all "
+                   "(see `sourcebench protocol -h`)")
+    add_protocol_settings(r)
 
     rep = sub.add_parser("report", help="write the leaderboard (Markdown, CSV, HTML) of a run folder")
     rep.add_argument("run_dir", type=Path)
     rep.add_argument("--baseline", default="hybrid_rag", help="method the deltas and tests are relative to")
     rep.add_argument("--out", type=Path, help="report folder (default RUN_DIR/report)")
     rep.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    rep.add_argument("--protocols", type=protocol_list, help="add protocol sections: key-overlap, break-even, "
+                     "prequential, harmful or all (prequential and harmful are read from RUN_DIR/protocols, see "
+                     "`sourcebench protocol`)")
+    rep.add_argument("--data-dir", type=Path, help="benchmark data folder for the key-overlap protocol")
 
     sub.add_parser("list", help="list registered methods and benchmarks")
 
-    d = sub.add_parser("data", help="say, for each benchmark, whether its data is present and how to get it")
+    d = sub.add_parser("data", help="say, for each benchmark, whether its data is present, where it was looked "
+                       "for and how to get it")
     d.add_argument("--data-dir", type=Path)
+    d.add_argument("--json", action="store_true", help="print one JSON list instead of text")
+
+    aw = sub.add_parser("appworld-setup", help="install AppWorld into its own venv (PyPI once), unpack its apps "
+                        "offline and prepare its API docs, for the appworld benchmark")
+    aw.add_argument("--root", type=Path, default=Path("data") / "appworld",
+                    help="AppWorld root (APPWORLD_ROOT), default ./data/appworld")
+    aw.add_argument("--python", help="interpreter (>= 3.11) to create the venv with (default: this one)")
 
     from methods.sourcelearn.audit_cli import add_parser as add_audit_parser
 
     add_audit_parser(sub)
+
+    from reports.protocols.cli import add_parser as add_protocol_parser
+
+    add_protocol_parser(sub)
+
+    from reports.reproduce import add_parser as add_reproduce_parser
+
+    add_reproduce_parser(sub)
 
     j = sub.add_parser("judge", help="score a responses file with an official evaluator")
     jsub = j.add_subparsers(dest="judge_cmd", metavar="EVALUATOR", parser_class=_Parser)
@@ -155,20 +203,43 @@ def cmd_run(a: argparse.Namespace) -> int:
                     data_dir=a.data_dir, options=_kv(a.opt, "--opt"), method_configs=_method_configs(a.method_config),
                     embedder=a.embedder, max_tokens=a.max_tokens, temperature=a.temperature,
                     context_window=a.context_window, max_samples=a.max_samples, display=display,
-                    write_report=not a.no_report)
+                    write_report=not a.no_report and not a.protocols,  # with protocols: written after them
+                    max_connections=a.max_connections, max_retries=a.max_retries,
+                    attempt_timeout=a.attempt_timeout, timeout=a.timeout, executor=a.executor,
+                    ray_address=a.ray_address)
     console = _console()
     summary = Runner(cfg, console=console).run()
     console.print(f"done in {summary['seconds']} s: {summary['rows_new']} new result row(s), "
                   f"{summary['live_calls']} live model call(s); results in {summary['out']}/results.jsonl")
+    if a.protocols:
+        summary["report"] = _run_protocols(a, out, console)
     if summary["report"]:
         console.print(f"leaderboard: {summary['report'].get('html')} (also {summary['report'].get('md')})")
+    if summary.get("unavailable"):
+        srcs = ", ".join(u["source"] for u in summary["unavailable"])
+        console.print(f"not evaluated (unavailable, reason above): {a.benchmark}/{srcs}")
+        if not summary["rows_new"] and not summary["rows_done_before"]:
+            return 3  # nothing could be scored: say so to scripts too
     return 0
+
+
+def _run_protocols(a: argparse.Namespace, out: Path, console: Any) -> dict[str, Any]:
+    """Run the protocols that need model calls on the finished run, then write the report with all of them."""
+    from reports.leaderboard import write_report
+    from reports.protocols import NEEDS_MODEL, compute, parse_protocols
+    from reports.protocols.cli import settings_of
+
+    names = parse_protocols(a.protocols)
+    for name in (n for n in names if n in NEEDS_MODEL):
+        compute(name, out, methods=a.methods, data_dir=a.data_dir, settings=settings_of(a), progress=console.print)
+    return {} if a.no_report else write_report(out, protocols=names, data_dir=a.data_dir)
 
 
 def cmd_report(a: argparse.Namespace) -> int:
     from reports.leaderboard import write_report
 
-    paths = write_report(a.run_dir, out_dir=a.out, baseline=a.baseline, seed=a.seed)
+    paths = write_report(a.run_dir, out_dir=a.out, baseline=a.baseline, seed=a.seed, protocols=a.protocols,
+                         data_dir=a.data_dir)
     md = Path(paths["md"]).read_text(encoding="utf-8")
     print(md)
     print(f"written: {', '.join(str(p) for p in paths.values())}")
@@ -208,16 +279,59 @@ def cmd_list(a: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_data(a: argparse.Namespace) -> int:
+def data_report(data_dir: Path | None = None) -> list[dict[str, Any]]:
+    """Per registered benchmark: state (present | remote | missing | unavailable | error), where it was
+    found or looked for, what was found, and how to get it. Nothing is downloaded."""
+    from adapters.availability import candidate_dirs
+
     from .registry import benchmark_names, get_benchmark_class
 
+    out = []
     for n in benchmark_names():
-        st = get_benchmark_class(n)(data_dir=a.data_dir).data_status()
-        mark = "present" if st.present else "MISSING"
-        print(f"{n:14s} {mark:8s} {st.location or '-'}")
-        print(f"{'':14s} {st.detail}")
-        if not st.present and st.how_to_get:
-            print(f"{'':14s} how to get it: {st.how_to_get}")
+        try:
+            bench = get_benchmark_class(n)(data_dir=data_dir)
+            st = bench.data_status()
+        except Exception as e:  # a broken adapter must not hide the state of the others
+            out.append({"benchmark": n, "state": "error", "location": "", "looked_in": [],
+                        "detail": f"{type(e).__name__}: {e}", "how_to_get": ""})
+            continue
+        state = getattr(st, "state", None) or ("present" if st.present else "missing")
+        looked = getattr(st, "looked_in", None) or [str(c) for c in candidate_dirs(bench)]
+        out.append({"benchmark": n, "state": state, "location": st.location, "looked_in": looked,
+                    "detail": st.detail, "how_to_get": st.how_to_get})
+    return out
+
+
+def cmd_data(a: argparse.Namespace) -> int:
+    rows = data_report(a.data_dir)
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    pad = " " * 16
+    for r in rows:
+        print(f"{r['benchmark']:15s} {r['state'].upper()}" + (f"  {r['location']}" if r["location"] else ""))
+        print(f"{pad}{r['detail']}")
+        if r["state"] != "present":
+            if r["looked_in"]:
+                print(f"{pad}looked in: {', '.join(r['looked_in'])}")
+            if r["how_to_get"]:
+                print(f"{pad}how to get it: {r['how_to_get']}")
+    return 0
+
+
+def cmd_appworld_setup(a: argparse.Namespace) -> int:
+    from adapters.appworld.install import setup
+
+    inst = setup(a.root, a.python, log=print)
+    docs = inst.read_docs()["docs"]
+    n_all = sum(len(v) for v in docs.values())
+    n_docs_app = len(docs.get("api_docs", []))
+    print(f"AppWorld ready in {inst.root}: {n_all - n_docs_app} API specifications of {len(docs) - 1} apps, the "
+          f"supervisor's included (plus {n_docs_app} of the api_docs app, which the agent does not get)")
+    missing = inst.tasks_missing()
+    if missing:
+        print(f"tasks: {missing}; with internet access run: APPWORLD_ROOT={inst.root} {inst.python.parent}/appworld "
+              "download data")
     return 0
 
 
@@ -239,6 +353,18 @@ def cmd_audit(a: argparse.Namespace) -> int:
     return run(a)
 
 
+def cmd_protocol(a: argparse.Namespace) -> int:
+    from reports.protocols.cli import run
+
+    return run(a)
+
+
+def cmd_reproduce(a: argparse.Namespace) -> int:
+    from reports.reproduce import main as reproduce
+
+    return reproduce(a)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -248,10 +374,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("INSPECT_LOG_LEVEL", "warning")
     try:
         return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "data": cmd_data, "judge": cmd_judge,
-                "audit": cmd_audit}[a.cmd](a)
+                "audit": cmd_audit, "protocol": cmd_protocol, "reproduce": cmd_reproduce,
+                "appworld-setup": cmd_appworld_setup}[a.cmd](a)
     except SourceBenchError as e:
         print(f"sourcebench: error: {e}", file=sys.stderr)
         return e.exit_code
+    except OSError as e:  # the environment, not the input: disk full, no permission, a file where a folder goes
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"sourcebench: error: {where}{e.strerror or e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("sourcebench: interrupted; run the same command again to resume", file=sys.stderr)
         return 130

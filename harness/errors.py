@@ -23,3 +23,11 @@ class ConfigError(SourceBenchError):
 
 class ModelUnavailableError(SourceBenchError):
     """The model endpoint cannot be reached or the model cannot be loaded."""
+
+
+class BenchmarkUnavailable(DataError):
+    """The benchmark cannot be evaluated here at all (e.g. AppWorld's task data needs the internet).
+
+    The runner records it in run.json (``unavailable``) and the leaderboard shows the reason where a
+    score would be; it never becomes a number.
+    """

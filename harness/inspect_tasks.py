@@ -8,7 +8,8 @@ immediately, which is what makes runs resumable at task granularity.
 from __future__ import annotations
 
 import traceback
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Iterable
 
 from inspect_ai import Task as InspectTask
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -19,8 +20,8 @@ from inspect_ai.solver import Generate, TaskState, solver
 
 from .data import Answer, Task
 from .errors import ModelUnavailableError
-from .io import append_jsonl
-from .method import Context
+from .io import append_jsonl, redact_secrets
+from .method import ACTIVE_ANSWER, ActiveAnswer, Context
 
 if TYPE_CHECKING:
     from .runner import Cell, Runner
@@ -32,8 +33,7 @@ def cell_task(runner: "Runner", cell: "Cell", todo: list[Task]) -> InspectTask:
     state_holder: dict[str, object] = {}
 
     def loaded() -> object:
-        if "state" not in state_holder:
-            runner.store.verify(cell.artifact)
+        if "state" not in state_holder:  # verified by the runner just before the test phase
             state_holder["state"] = cell.method.load(cell.artifact, ctx)
         return state_holder["state"]
 
@@ -42,7 +42,11 @@ def cell_task(runner: "Runner", cell: "Cell", todo: list[Task]) -> InspectTask:
         async def solve(state: TaskState, generate: Generate) -> TaskState:
             task = by_id[str(state.sample_id)]
             try:
-                answer = await cell.method.answer(task, loaded(), ctx)
+                token = ACTIVE_ANSWER.set(ActiveAnswer(cell.method, loaded(), ctx))
+                try:
+                    answer = await cell.method.answer(task, loaded(), ctx)
+                finally:
+                    ACTIVE_ANSWER.reset(token)
             except ModelUnavailableError:
                 raise
             except Exception as e:  # a method bug must not stop the other tasks: scored failure
@@ -85,3 +89,41 @@ def _target(t: Task) -> str:
     if isinstance(r, dict):
         return str(r.get("api_call", ""))[:2000]
     return str(r or "")[:2000]
+
+
+def scrub_logs(paths: Iterable[str | Path]) -> int:
+    """Rewrite the inspect logs among ``paths`` that contain a credential, with it masked.
+
+    inspect records a failed model call's error, traceback and raw reply in the transcript, so a
+    server that echoes the request's ``Authorization`` header (or a base URL with credentials in
+    it) would put a key into the log; the harness's own files are masked when written, inspect's
+    are checked here after each test phase. A log that cannot be read (cut off by a crash) is left
+    as it is. Returns the number of logs rewritten.
+    """
+    from inspect_ai.log import EvalLog, read_eval_log, write_eval_log
+
+    n = 0
+    for path in paths:
+        try:
+            text = read_eval_log(str(path)).model_dump_json()
+        except Exception:  # a truncated log of a killed run: inspect cannot read it either
+            continue
+        masked = redact_secrets(text, bearer=True)
+        if masked != text:
+            write_eval_log(EvalLog.model_validate_json(masked), str(path))
+            n += 1
+    return n
+
+
+def unfinished_logs(log_dir: Path) -> list[Path]:
+    """Logs left in state "started" by a run that was killed (checked again on resume)."""
+    from inspect_ai.log import read_eval_log
+
+    out = []
+    for p in sorted(Path(log_dir).glob("*.eval")):
+        try:
+            if read_eval_log(str(p), header_only=True).status == "started":
+                out.append(p)
+        except Exception:
+            out.append(p)
+    return out

@@ -4,15 +4,45 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, Iterator
 
 from .errors import DataError
 
+# Input files larger than this are refused with a one-line error instead of exhausting memory.
+MAX_INPUT_MB_ENV = "SOURCEBENCH_MAX_INPUT_MB"
+DEFAULT_MAX_INPUT_MB = 1024
+# Environment variables whose values are credentials: never written to any file the harness writes.
+# Values shorter than 16 characters are left alone (flags such as ``FOO_KEY=default`` are not keys).
+_SECRET_NAME = re.compile(r"(API_KEY|APIKEY|_TOKEN|SECRET|PASSWORD|_KEY)$", re.IGNORECASE)
+_MIN_SECRET_LEN = 16
+_BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}")
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:\"']+:[^/\s@\"']+@")  # scheme://user:secret@host
+
+
+def secret_values() -> list[str]:
+    """Values of credential-like environment variables (longest first, so overlaps mask fully)."""
+    vals = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= _MIN_SECRET_LEN}
+    return sorted(vals, key=len, reverse=True)
+
+
+def redact_secrets(text: str, *, bearer: bool = False) -> str:
+    """Mask the values of ``*_API_KEY``/``*_TOKEN``/... variables and passwords in URLs; with
+    ``bearer`` also any ``Bearer <token>`` (for error messages, where a server may echo the
+    request's header)."""
+    for v in secret_values():
+        if v in text:
+            text = text.replace(v, "***")
+    if "://" in text and "@" in text:
+        text = _URL_USERINFO.sub(r"\1***@", text)
+    return _BEARER.sub("Bearer ***", text) if bearer else text
+
 
 def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file + rename so a crash never leaves a half-written file."""
+    """Write via a temp file + rename so a crash never leaves a half-written file (secrets masked)."""
+    text = redact_secrets(text)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -34,17 +64,29 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
-def append_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Append whole lines and fsync; a reader skips a torn final line (see ``read_jsonl``)."""
+def append_jsonl(path: Path, rows: list[dict[str, Any]], *, durable: bool = True) -> None:
+    """Append whole lines with one ``write`` (secrets masked), then fsync unless ``durable=False``.
+
+    One ``O_APPEND`` write per call keeps the lines of concurrent writers (the cells of a Ray run
+    on one shared folder) from interleaving; a crash can only leave a torn final line, which
+    readers skip (see ``read_jsonl``) and the runner cuts off before appending again. A killed
+    process loses nothing written; the fsync guards against a power cut, at a few milliseconds
+    per call, so counters that can be recounted skip it.
+    """
     if not rows:
         return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows)
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
+    data = redact_secrets("".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows)).encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if durable:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def read_text(path: Path) -> str:
@@ -53,6 +95,13 @@ def read_text(path: Path) -> str:
         raise DataError(f"{path}: file not found")
     if path.is_dir():
         raise DataError(f"{path}: is a directory, expected a file")
+    if not path.is_file():
+        raise DataError(f"{path}: not a regular file")
+    limit_mb = float(os.environ.get(MAX_INPUT_MB_ENV) or DEFAULT_MAX_INPUT_MB)
+    size = path.stat().st_size
+    if size > limit_mb * 2**20:
+        raise DataError(f"{path}: file is too large ({size / 2**20:.1f} MB, limit {limit_mb:g} MB; "
+                        f"set {MAX_INPUT_MB_ENV} to raise it)")
     try:
         return path.read_text(encoding="utf-8")
     except UnicodeDecodeError as e:

@@ -15,8 +15,10 @@ On top of inspect this layer adds what an evaluation harness needs:
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
+import logging
 import os
 import sqlite3
 import threading
@@ -29,6 +31,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from .errors import ConfigError, ModelUnavailableError
+from .io import redact_secrets, secret_values
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -48,6 +51,13 @@ class ModelSpec:
     context_window: int | None = None
     max_connections: int | None = None
     reasoning_effort: str | None = None
+    # Retry policy (not part of ``settings()``: it changes how long a call is tried, not its output).
+    # ``max_retries`` bounds inspect's retries (exponential backoff) so that a persistent fault ends as
+    # a failed call, hence a scored failure, instead of retrying for ever; ``attempt_timeout`` abandons
+    # and retries an attempt that hangs; ``timeout`` bounds one call, retries included.
+    max_retries: int | None = None
+    timeout: int | None = None
+    attempt_timeout: int | None = None
 
     def settings(self) -> dict[str, Any]:
         return {
@@ -102,26 +112,38 @@ class StructuredResult:
 
 
 class CallCache:
-    """sqlite cache of model outputs. One file, WAL mode, safe across threads and processes."""
+    """sqlite cache of model outputs. One file, WAL mode, safe across threads and processes.
+
+    Each thread keeps one connection (opening one per call cost milliseconds on the event loop).
+    ``synchronous=NORMAL`` with WAL: a committed entry survives the process being killed, since
+    the log is in the OS's page cache; only a power cut can lose the last entries, whose calls
+    are then made again.
+    """
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        with self._connect() as con:
+        self._local = threading.local()
+        con = self._connect()
+        with con:
             con.execute("PRAGMA journal_mode=WAL")
             con.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)")
 
     def _connect(self) -> sqlite3.Connection:
-        return sqlite3.connect(self.path, timeout=30)
+        con, pid = getattr(self._local, "con", None), getattr(self._local, "pid", None)
+        if con is None or pid != os.getpid():  # never reuse a connection across a fork
+            con = sqlite3.connect(self.path, timeout=30)
+            con.execute("PRAGMA synchronous=NORMAL")
+            self._local.con, self._local.pid = con, os.getpid()
+        return con
 
     def get(self, key: str) -> dict[str, Any] | None:
-        with self._lock, self._connect() as con:
-            row = con.execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
+        row = self._connect().execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
         return json.loads(row[0]) if row else None
 
     def put(self, key: str, value: dict[str, Any]) -> None:
-        with self._lock, self._connect() as con:
+        con = self._connect()
+        with con:
             con.execute(
                 "INSERT OR REPLACE INTO calls (key, value, created) VALUES (?, ?, ?)",
                 (key, json.dumps(value, ensure_ascii=False), time.time()),
@@ -186,9 +208,69 @@ def _to_inspect(messages: list[Message]) -> list[Any]:
     return out
 
 
+# Failures to open a connection at all: the endpoint is down or misconfigured, so the whole run stops
+# with a one-line error (and resumes later). A connection dropped after the request was sent, a
+# truncated or unparsable reply, are failures of that one call instead.
+_UNREACHABLE = {"ConnectError", "ConnectionRefusedError", "ConnectTimeout", "gaierror"}
+# Replies that arrived but could not be parsed: inspect does not retry them, this layer does.
+_MALFORMED = {"JSONDecodeError", "APIResponseValidationError"}
+
+
 def _is_connection_error(e: BaseException) -> bool:
-    names = {type(x).__name__ for x in _chain(e)}
-    return bool(names & {"APIConnectionError", "ConnectError", "ConnectionRefusedError", "ConnectTimeout"})
+    return bool({type(x).__name__ for x in _chain(e)} & _UNREACHABLE)
+
+
+def _is_malformed_reply(e: BaseException) -> bool:
+    return bool({type(x).__name__ for x in _chain(e)} & _MALFORMED)
+
+
+def _root_error(e: BaseException) -> BaseException:
+    """The exception behind tenacity's ``RetryError`` (inspect's retries ran out)."""
+    last = getattr(e, "last_attempt", None)
+    if type(e).__name__ == "RetryError" and last is not None and last.failed:
+        return last.exception() or e
+    return e
+
+
+MALFORMED_RETRY_WAIT_S = 1.0  # first wait before re-asking after an unparsable reply (doubles, capped)
+
+
+class _RedactingLogFilter(logging.Filter):
+    """Masks credentials in a log record before any handler writes it.
+
+    inspect logs a failed model call's error verbatim (its trace file under the user's data folder,
+    the eval log's logging records); a server that echoes the request's ``Authorization`` header
+    would put the key there. Installed on inspect's log handler, this filter rewrites the record.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        secrets = secret_values()
+
+        def clean(v: Any) -> Any:
+            if isinstance(v, str) and ("earer" in v or "://" in v or any(x in v for x in secrets)):
+                return redact_secrets(v, bearer=True)
+            return v
+
+        for k, v in list(vars(record).items()):
+            if isinstance(v, str):
+                new = clean(v)
+                if new is not v:
+                    setattr(record, k, new)
+        if isinstance(record.args, tuple):
+            record.args = tuple(clean(a) for a in record.args)
+        elif isinstance(record.args, dict):
+            record.args = {k: clean(v) for k, v in record.args.items()}
+        if record.exc_info and not record.exc_text:
+            record.exc_text = clean(logging.Formatter().formatException(record.exc_info))
+        return True
+
+
+def _guard_inspect_logging() -> None:
+    """Put the redacting filter on inspect's log handler (it exists once an eval has started)."""
+    for name in ("", "inspect_ai"):
+        for h in logging.getLogger(name).handlers:
+            if hasattr(h, "trace_logger") and not any(isinstance(f, _RedactingLogFilter) for f in h.filters):
+                h.addFilter(_RedactingLogFilter())
 
 
 def _chain(e: BaseException):
@@ -255,13 +337,14 @@ class LLM:
         schema: type[BaseModel] | None = None,
         max_retries: int | None = None,
         timeout: int | None = None,
+        attempt_timeout: int | None = None,
     ) -> CallResult:
-        """One call. ``max_retries``/``timeout`` override inspect's retry policy (the preflight probe
-        uses a short one so an unreachable endpoint fails in seconds, not after a long backoff)."""
+        """One call. ``max_retries``/``timeout``/``attempt_timeout`` override the spec's retry policy
+        (the preflight probe uses a short one so an unreachable endpoint fails in seconds)."""
         msgs = _norm_messages(messages)
         mt = max_tokens or self.spec.max_tokens
         temp = self.spec.temperature if temperature is None else temperature
-        json_schema = schema.model_json_schema() if schema is not None else None
+        json_schema = _schema_json(schema) if schema is not None else None
         key = self.cache_key(msgs, mt, temp, json_schema)
         if self.cache is not None:
             hit = self.cache.get(key)
@@ -278,31 +361,38 @@ class LLM:
                 self.ledger.add(method, phase, stage, "failed", 0, 0, 0.0)
                 return CallResult("", failed=True, error=err)
         from inspect_ai.model import GenerateConfig, ResponseSchema
-        from inspect_ai.util import json_schema as to_json_schema
 
         cfg: dict[str, Any] = {"max_tokens": mt, "temperature": temp, "seed": self.spec.seed}
         if self.spec.reasoning_effort:
             cfg["reasoning_effort"] = self.spec.reasoning_effort
         if self.spec.max_connections:
             cfg["max_connections"] = self.spec.max_connections
+        max_retries = self.spec.max_retries if max_retries is None else max_retries
+        timeout = self.spec.timeout if timeout is None else timeout
+        attempt_timeout = self.spec.attempt_timeout if attempt_timeout is None else attempt_timeout
         if max_retries is not None:
             cfg["max_retries"] = max_retries
         if timeout is not None:
             cfg["timeout"] = timeout
+        if attempt_timeout is not None:
+            cfg["attempt_timeout"] = attempt_timeout
         if schema is not None:
-            cfg["response_schema"] = ResponseSchema(name=schema.__name__[:64], json_schema=to_json_schema(schema), strict=True)
+            cfg["response_schema"] = ResponseSchema(name=schema.__name__[:64], json_schema=_inspect_schema(schema),
+                                                    strict=True)
         model = self.inspect_model()
+        _guard_inspect_logging()
         t0 = time.perf_counter()
         try:
-            out = await model.generate(_to_inspect(msgs), config=GenerateConfig(**cfg))
+            out = await self._generate_retrying_malformed(model, msgs, GenerateConfig(**cfg), max_retries)
         except asyncio.CancelledError:
             raise
         except Exception as e:
+            e = _root_error(e)
             if _is_connection_error(e):
                 where = self.spec.resolved_base_url() or self.spec.name
                 cause = [x for x in _chain(e)][-1]
                 raise ModelUnavailableError(f"model endpoint {where} is unreachable ({type(cause).__name__}: "
-                                            f"{str(cause)[:120]})") from None
+                                            f"{redact_secrets(str(cause)[:120], bearer=True)})") from None
             err = _short_error(e)
             self.ledger.add_failure(method, phase, stage, err)
             self.ledger.add(method, phase, stage, "failed", 0, 0, time.perf_counter() - t0)
@@ -322,6 +412,24 @@ class LLM:
         if self.cache is not None:
             self.cache.put(key, {"text": text, "input_tokens": inp, "output_tokens": outp, "stop_reason": stop})
         return CallResult(text, inp, outp, cached=False, stop_reason=stop)
+
+    async def _generate_retrying_malformed(self, model: Any, msgs: list[Message], config: Any,
+                                           max_retries: int | None) -> Any:
+        """``model.generate``, asked again (backoff 1 s, 2 s, ...) when the reply cannot be parsed.
+
+        inspect retries HTTP 429/5xx, timeouts and dropped connections itself, but a reply with an
+        invalid JSON body raises at once; such a reply is a transient server fault, so it gets the
+        same bounded number of retries (``max_retries``, default 5) before the call fails.
+        """
+        tries = 1 + (5 if max_retries is None else max_retries)
+        for attempt in range(tries):
+            try:
+                return await model.generate(_to_inspect(msgs), config=config)
+            except Exception as e:
+                if attempt + 1 >= tries or not _is_malformed_reply(_root_error(e)):
+                    raise
+            await asyncio.sleep(min(30.0, MALFORMED_RETRY_WAIT_S * 2**attempt))
+        raise AssertionError("unreachable")
 
     async def structured(
         self,
@@ -348,15 +456,27 @@ class LLM:
              f"{first_error}. Reply again with only a JSON object that matches the schema."},
         ]
         res2 = await self.generate(retry, method=method, phase=phase, stage=stage, max_tokens=max_tokens, schema=schema)
-        if not res2.failed:
-            try:
-                return StructuredResult(schema.model_validate_json(_strip_fences(res2.text)), res2.text, attempts=2)
-            except ValidationError as e:
-                err = f"invalid structured output after retry: {_short_error(e)}"
-        else:
-            err = res2.error
+        if res2.failed:  # the failed call is already in the ledger with its reason
+            return StructuredResult(None, res2.text, failed=True, error=res2.error, attempts=2)
+        try:
+            return StructuredResult(schema.model_validate_json(_strip_fences(res2.text)), res2.text, attempts=2)
+        except ValidationError as e:
+            err = f"invalid structured output after retry: {_short_error(e)}"
         self.ledger.add_failure(method, phase, stage, err)
         return StructuredResult(None, res2.text, failed=True, error=err, attempts=2)
+
+
+@functools.lru_cache(maxsize=256)
+def _schema_json(schema: type[BaseModel]) -> dict[str, Any]:
+    """A model's JSON schema, made once per class (pydantic takes about a millisecond per call)."""
+    return schema.model_json_schema()
+
+
+@functools.lru_cache(maxsize=256)
+def _inspect_schema(schema: type[BaseModel]) -> Any:
+    from inspect_ai.util import json_schema as to_json_schema
+
+    return to_json_schema(schema)
 
 
 def _strip_fences(text: str) -> str:
@@ -369,8 +489,13 @@ def _strip_fences(text: str) -> str:
 
 
 def _short_error(e: BaseException) -> str:
+    """``Type: message`` on one line, secrets masked (servers may echo the request's credentials)."""
+    e = _root_error(e)
     s = str(e).strip().replace("\n", " ")
-    return f"{type(e).__name__}: {s[:300]}"
+    cause = list(_chain(e))[-1]
+    if cause is not e and len(s) < 80:  # a generic wrapper ("Connection error."): name the cause
+        s += f" ({type(cause).__name__}: {str(cause).strip().splitlines()[0][:160] if str(cause).strip() else ''})"
+    return f"{type(e).__name__}: {redact_secrets(s, bearer=True)[:300]}"
 
 
 class BoundLLM:

@@ -9,6 +9,7 @@ methods run on the same backend and differ only in how they learn and use the so
 from __future__ import annotations
 
 import abc
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar
@@ -100,3 +101,21 @@ class Method(abc.ABC):
     @abc.abstractmethod
     async def answer(self, task: Task, state: Any, ctx: Context) -> Answer:
         """Answer one test task from the loaded artifact."""
+
+
+@dataclass
+class ActiveAnswer:
+    """The method, its loaded state and the context answering the current test task.
+
+    Interactive benchmarks (AppWorld) read it from ``ACTIVE_ANSWER`` to ask the same method for its
+    source context on queries of their own (the agent's documentation lookups), so methods differ
+    only in how they represent and access the source.
+    """
+
+    method: Method
+    state: Any
+    ctx: Context
+
+
+# Set by the test phase around each ``Method.answer`` call (one value per inspect sample).
+ACTIVE_ANSWER: ContextVar[ActiveAnswer | None] = ContextVar("sourcebench_active_answer", default=None)

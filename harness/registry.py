@@ -69,9 +69,11 @@ def _resolve(target: Any) -> Any:
     if isinstance(target, str):
         mod, _, attr = target.partition(":")
         return getattr(importlib.import_module(mod), attr)
-    if hasattr(target, "load"):
+    from importlib.metadata import EntryPoint
+
+    if isinstance(target, EntryPoint):
         return target.load()
-    return target
+    return target  # a class registered at run time
 
 
 def method_names() -> list[str]:

@@ -12,6 +12,7 @@ import asyncio
 import fcntl
 import json
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -25,7 +26,7 @@ from adapters.base import Benchmark
 from .artifacts import ArtifactStore
 from .data import Answer, Source, Split, Task
 from .embeddings import Embedder, get_embedder
-from .errors import ConfigError, DataError, ModelUnavailableError, SourceBenchError
+from .errors import BenchmarkUnavailable, ConfigError, DataError, ModelUnavailableError, SourceBenchError
 from .io import append_jsonl, atomic_write_json, read_json, read_jsonl
 from .llm import LLM, CallCache, ModelSpec, UsageLedger
 from .method import Context, LearnContext, Method
@@ -55,6 +56,13 @@ class RunConfig:
     max_samples: int | None = None
     display: str = "none"
     write_report: bool = True
+    # model-call robustness: bounded retries make a persistent fault a scored failure (see ModelSpec)
+    max_retries: int | None = 5
+    timeout: int | None = None
+    attempt_timeout: int | None = None
+    max_connections: int | None = None
+    executor: str = "local"  # local | ray (harness/executors.py)
+    ray_address: str | None = None
 
 
 @dataclass
@@ -98,6 +106,21 @@ class RunLock:
             os.close(self.fd)
 
 
+_UNSAFE_ID = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def check_element_ids(source: Source) -> None:
+    """Element ids become file names in artifacts and links in reports: refuse ids that are
+    absolute, climb out with ``..`` or hold control characters (one line naming the source file)."""
+    for e in source.elements:
+        path = e.id.split("#", 1)[0]
+        parts = re.split(r"[/\\]", path)
+        if (not e.id.strip() or path.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", path) or ".." in parts
+                or _UNSAFE_ID.search(e.id)):
+            raise DataError(f"{source.origin or source.id}: element id {e.id[:80]!r} is not a safe relative id "
+                            "(empty, absolute, '..' or a control character)")
+
+
 def row_key(r: dict[str, Any]) -> tuple:
     return (r["benchmark"], r["source"], r["method"], int(r["seed"]), str(r["task_id"]))
 
@@ -126,12 +149,19 @@ class Runner:
                 self.methods.append(cls(cfg.method_configs.get(name)))
             except Exception as e:  # pydantic validation of the method config
                 raise ConfigError(f"method '{name}': invalid config ({str(e).splitlines()[0]})") from None
+        retry = {"max_retries": cfg.max_retries, "timeout": cfg.timeout, "attempt_timeout": cfg.attempt_timeout,
+                 "max_connections": cfg.max_connections}
         self.spec = ModelSpec(name=cfg.model, role="solver", temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                              context_window=cfg.context_window)
+                              context_window=cfg.context_window, **retry)
         judge_name = cfg.judge_model or (cfg.model if self.bench.needs_judge_model else None)
         self.judge_spec = (ModelSpec(name=judge_name, role="judge", temperature=0.0, max_tokens=256,
-                                     context_window=cfg.context_window if judge_name == cfg.model else None)
+                                     context_window=cfg.context_window if judge_name == cfg.model else None, **retry)
                            if judge_name else None)
+        from .executors import get_executor
+
+        self.executor = get_executor(cfg.executor, cfg.ray_address)
+        if self.out.exists() and not self.out.is_dir():
+            raise ConfigError(f"--out {self.out}: not a directory")
         self.cache = CallCache(self.out / "cache" / "llm_calls.sqlite")
         self.store = ArtifactStore(self.out / "artifacts")
         self.results_path = self.out / "results.jsonl"
@@ -140,6 +170,7 @@ class Runner:
         self.run_id = ""
         self.embedder: Embedder | None = None
         self.live_calls = 0
+        self.is_worker = False  # a share of a distributed run (see run_worker)
 
     # -- helpers ---------------------------------------------------------------------------------
     def log(self, msg: str) -> None:
@@ -153,8 +184,9 @@ class Runner:
         rows, fails = ledger.drain()
         base = {"benchmark": self.bench.name, "source": source, "seed": seed}
         self.live_calls += sum(int(r["calls"]) for r in rows if r["status"] == "live")
-        append_jsonl(self.usage_path, [{**base, **r} for r in rows])
-        append_jsonl(self.failures_path, [{**base, "seed": seed, **f} for f in fails])
+        # counters: no fsync (a killed process loses nothing; see append_jsonl)
+        append_jsonl(self.usage_path, [{**base, **r} for r in rows], durable=False)
+        append_jsonl(self.failures_path, [{**base, "seed": seed, **f} for f in fails], durable=False)
 
     def _metadata(self, sources: list[Source]) -> dict[str, Any]:
         return {
@@ -172,6 +204,9 @@ class Runner:
             "sources": [{"id": s.id, "origin": s.origin, "fingerprint": s.fingerprint, "n_elements": len(s.elements),
                          "kind": s.kind, **({"pinned_commit": s.metadata["pinned_commit"]}
                                             if s.metadata.get("pinned_commit") else {})} for s in sources],
+            "execution": {"executor": self.cfg.executor, "max_samples": self.cfg.max_samples,
+                          "max_connections": self.cfg.max_connections, "max_retries": self.cfg.max_retries,
+                          "timeout": self.cfg.timeout, "attempt_timeout": self.cfg.attempt_timeout},
             "versions": package_versions(),
             "git_commit": git_commit(),
         }
@@ -195,13 +230,34 @@ class Runner:
         with RunLock(self.out):
             return asyncio.run(self._run())
 
-    async def _run(self) -> dict[str, Any]:
-        t0 = time.time()
-        prev = self._check_previous()
-        self.run_id = (prev or {}).get("run_id") or uuid.uuid4().hex[:12]
-        done = {row_key(r) for r in (read_jsonl(self.results_path, tolerate_torn_tail=True)
+    def run_worker(self, stage: str) -> dict[str, Any]:
+        """One share of a run whose driver (``--executor ray``) holds the folder's lock, has written
+        ``run.json`` and repaired ``results.jsonl``: learn the cells of this config (``stage="learn"``)
+        or learn and test them (``"test"``), appending to the shared files; nothing else is written."""
+        return asyncio.run(self._run_worker(stage))
+
+    async def _run_worker(self, stage: str) -> dict[str, Any]:
+        self.is_worker = True
+        self.run_id = str(read_json(self.out / "run.json")["run_id"])
+        done = self._done_rows()
+        _, plans = self._plan(write_manifests=False)
+        pending = self._pending(plans, done)
+        if pending:
+            cells = await self._learn_all(pending)
+            if stage == "test":
+                await self._test_all(cells, done)
+        return {"live_calls": self.live_calls}
+
+    def _done_rows(self) -> set:
+        return {row_key(r) for r in (read_jsonl(self.results_path, tolerate_torn_tail=True)
                                      if self.results_path.exists() else [])}
-        self._repair_torn_tail()
+
+    def _pending(self, plans: list, done: set) -> list:
+        return [(m, p) for m in self.methods for p in plans
+                if any((self.bench.name, p[0].id, m.name, p[1].seed, t.id) not in done for t in p[3])]
+
+    def _plan(self, write_manifests: bool = True) -> tuple[list[Source], list]:
+        """Sources, splits and the (source, split, guidance, tests) of every cell, all seeded."""
         source_ids = self.cfg.sources or self.bench.source_ids()
         unknown = set(source_ids) - set(self.bench.source_ids())
         if unknown:
@@ -210,41 +266,71 @@ class Runner:
         self.embedder = get_embedder(self.cfg.embedder, self.out / "cache")
         plans = []
         sources = []
+        self.unavailable: list[dict[str, str]] = []
         for sid in source_ids:
-            source = self.bench.load_source(sid)
-            tasks = self.bench.load_tasks(sid)
-            by_id = {t.id: t for t in tasks}
+            source = self._loaded(sid, "source", self.bench.load_source)
+            check_element_ids(source)
             sources.append(source)
+            try:
+                tasks = self._loaded(sid, "tasks", self.bench.load_tasks)
+            except BenchmarkUnavailable as e:  # recorded in run.json and shown by the report, never scored
+                self.unavailable.append({"source": sid, "reason": str(e)})
+                continue
+            by_id = {t.id: t for t in tasks}
             for split in self.bench.make_splits(source, tasks, self.cfg.seeds):
-                write_manifest(self.out, split)
+                if write_manifests:
+                    write_manifest(self.out, split)
                 guidance = limit_tasks([by_id[i] for i in split.guidance_ids], self.cfg.guidance_limit, split.seed)
                 tests = limit_tasks(self.bench.select_test([by_id[i] for i in split.test_ids]), self.cfg.limit,
                                     split.seed)
                 plans.append((source, split, guidance, tests))
+        return sources, plans
+
+    def _loaded(self, sid: str, what: str, load: Any) -> Any:
+        """An adapter's loader, with an unexpected exception on malformed data (a field of the wrong
+        type, say) turned into a one-line error naming the source instead of a traceback."""
+        try:
+            return load(sid)
+        except SourceBenchError:
+            raise
+        except Exception as e:
+            msg = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+            raise DataError(f"{self.bench.name}/{sid}: cannot load the {what} from its data files "
+                            f"({type(e).__name__}: {msg})") from None
+
+    async def _run(self) -> dict[str, Any]:
+        t0 = time.time()
+        prev = self._check_previous()
+        self.run_id = (prev or {}).get("run_id") or uuid.uuid4().hex[:12]
+        done = self._done_rows()
+        self._repair_torn_tail()
+        sources, plans = self._plan()
         meta = self._metadata(sources)
         if prev:  # keep the union of methods across invocations into the same folder
             names = {m["name"] for m in meta["methods"]}
             meta["methods"] += [m for m in prev.get("methods", []) if m["name"] not in names]
             meta["created"] = prev.get("created", meta["created"])
+        if self.unavailable:
+            meta["unavailable"] = self.unavailable
+            for u in self.unavailable:
+                self.log(f"[yellow]{self.bench.name}/{u['source']}: {u['reason']}[/]")
         atomic_write_json(self.out / "run.json", meta)
 
-        pending = [(m, p) for m in self.methods for p in plans
-                   if any((self.bench.name, p[0].id, m.name, p[1].seed, t.id) not in done for t in p[3])]
+        pending = self._pending(plans, done)
         n_total = sum(len(p[3]) for p in plans) * len(self.methods)
         n_pending = sum(1 for m, p in pending for t in p[3] if (self.bench.name, p[0].id, m.name, p[1].seed, t.id) not in done)
         self.log(f"[bold]{self.bench.name}[/]: {len(sources)} source(s), seeds {self.cfg.seeds}, "
                  f"{len(self.methods)} method(s): {n_total} task rows, {n_pending} to do")
         if pending:
-            await self._preflight()
-            cells = await self._learn_all(pending)
-            await self._test_all(cells, done)
+            await self.executor.execute(self, pending, done)
         report_paths = {}
         if self.cfg.write_report:
             from reports.leaderboard import write_report
 
             report_paths = write_report(self.out)
         return {"out": str(self.out), "rows_done_before": len(done), "rows_new": n_pending,
-                "live_calls": self.live_calls, "seconds": round(time.time() - t0, 2), "report": report_paths}
+                "live_calls": self.live_calls, "seconds": round(time.time() - t0, 2), "report": report_paths,
+                "unavailable": self.unavailable}
 
     def _repair_torn_tail(self) -> None:
         """Drop a final line left half-written by a crash, so appends start on a clean line."""
@@ -326,23 +412,27 @@ class Runner:
 
         import harness.providers._registry  # noqa: F401
 
-        from .inspect_tasks import cell_task
+        from .inspect_tasks import cell_task, scrub_logs, unfinished_logs
 
         tasks = []
         for cell in cells:
             todo = [t for t in cell.tests if (self.bench.name, cell.source.id, cell.method.name, cell.split.seed, t.id)
                     not in done]
             if todo:
+                self.store.verify(cell.artifact)  # a frozen artifact changed on disk: one-line error, not N failures
                 tasks.append(cell_task(self, cell, todo))
         if not tasks:
             return
         self.log(f"test phase: {len(tasks)} cell(s), {sum(len(t.dataset) for t in tasks)} task(s); "
                  f"logs in {self.out / 'logs'}")
+        # a worker of a distributed run must not touch the logs other workers are writing
+        killed_logs = [] if self.is_worker else unfinished_logs(self.out / "logs")
         logs = await eval_async(
             tasks, model=self.spec.name, log_dir=str(self.out / "logs"),
             max_samples=self.cfg.max_samples, fail_on_error=False, score_display=False,
-            max_tasks=max(1, min(len(tasks), 4)),
+            max_tasks=max(1, min(len(tasks), 4)), log_realtime=False,
         )
+        scrub_logs(killed_logs + [log.location for log in logs if log.location])
         errors = [s.error.message for log in logs for s in (log.samples or []) if s.error]
         unreachable = [e for e in errors if "ModelUnavailableError" in e or "unreachable" in e]
         if unreachable:

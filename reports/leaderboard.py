@@ -43,6 +43,7 @@ PHASES = ("learn", "answer", "judge")
 RESULT_KEY = ("benchmark", "source", "method", "seed", "task_id")
 NA = "—"
 NOT_RUN = "not run"
+UNAVAILABLE = "unavailable"
 TEST_NAMES = {
     "mcnemar_exact": "exact McNemar (binomial test on discordant pairs; binary scores)",
     "paired_permutation": "paired sign-flip permutation test of the mean difference (graded scores)",
@@ -75,14 +76,15 @@ def load_run(run_dir: str | Path) -> RunData:
     """
     run_dir = Path(run_dir)
     run_path, results_path = run_dir / "run.json", run_dir / "results.jsonl"
-    for path, why in ((run_path, "not a run folder?"), (results_path, "no task has been scored yet?")):
-        if not path.is_file():
-            raise DataError(f"{path}: file not found ({why})")
+    if not run_path.is_file():
+        raise DataError(f"{run_path}: file not found (not a run folder?)")
     run = read_json(run_path)
     if not isinstance(run, dict):
         raise DataError(f"{run_path}: expected a JSON object, got {type(run).__name__}")
+    if not results_path.is_file() and not run.get("unavailable"):  # an unavailable benchmark scores nothing
+        raise DataError(f"{results_path}: file not found (no task has been scored yet?)")
     rows: dict[tuple, dict[str, Any]] = {}
-    for line, row in iter_jsonl(results_path, tolerate_torn_tail=True):
+    for line, row in (iter_jsonl(results_path, tolerate_torn_tail=True) if results_path.is_file() else []):
         require_fields(results_path, line, row, [*RESULT_KEY, "score"])
         rows[tuple(row[k] for k in RESULT_KEY)] = row
     return RunData(
@@ -215,6 +217,14 @@ def _methods(data: RunData, benchmark: str) -> list[str]:
     return list(dict.fromkeys(n for n in names if n and n not in ("harness", "audit")))
 
 
+def _unavailable(data: RunData, benchmark: str) -> list[dict[str, str]]:
+    """The run's ``unavailable`` records (sources that could not be evaluated, with the reason)."""
+    declared = data.run.get("benchmark")
+    name = declared.get("name") if isinstance(declared, dict) else declared
+    recs = data.run.get("unavailable") or []
+    return [r for r in recs if isinstance(r, dict)] if name == benchmark else []
+
+
 def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot: int = 2000) -> list[dict]:
     """One dict per benchmark with one dict per method holding every number the report shows."""
     out = []
@@ -226,12 +236,13 @@ def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot
         base_rows = rows_by.get(baseline, [])
         base_acc = macro_accuracy(base_rows) if base_rows else None
         entries = []
+        unavailable = _unavailable(data, bench)
         for method in _methods(data, bench):
             rows = rows_by.get(method, [])
             e: dict[str, Any] = {
                 "method": method,
                 "is_baseline": method == baseline,
-                "status": "ok" if rows else NOT_RUN,
+                "status": "ok" if rows else UNAVAILABLE if unavailable else NOT_RUN,
             }
             e["cost"] = _cost(
                 [u for u in data.usage if u.get("benchmark") == bench and u.get("method") == method]
@@ -259,6 +270,7 @@ def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot
                 "baseline_present": bool(base_rows),
                 "methods": first + ran + rest,
                 "sources": sources,
+                "unavailable": unavailable,
             }
         )
     return out
@@ -335,7 +347,7 @@ def _main_table(b: dict) -> Table:
     for e in b["methods"]:
         name = _safe(e["method"]) + (" (baseline)" if e["is_baseline"] else "")
         if e["status"] != "ok":
-            rows.append([name, NOT_RUN, NA, NA, "0", NA, NA, str(e["failed_calls"])])
+            rows.append([name, e["status"], NA, NA, "0", NA, NA, str(e["failed_calls"])])
             continue
         sd = f" ± {_pct(e['seed_sd'])}" if e["seed_sd"] is not None else " (1 seed)"
         delta = f"{e['delta_pp']:+.1f}" if e.get("delta_pp") is not None else NA
@@ -357,7 +369,9 @@ def _main_table(b: dict) -> Table:
         if tests
         else ""
     ]
-    if not b["baseline_present"]:
+    for u in b.get("unavailable") or []:
+        notes.append(f"Unavailable ({_safe(u.get('source'))}): {_safe(u.get('reason'))}; no score is reported.")
+    if not b["baseline_present"] and not b.get("unavailable"):
         notes.append(
             f"Baseline {_safe(b['baseline'])} has no results for this benchmark: "
             f"Δ and p are not computed ({NA})."
@@ -401,7 +415,7 @@ def _seed_table(b: dict) -> Table:
     seeds = sorted({s for e in b["methods"] for s in e.get("seed_acc", {})}, key=sort_key)
     rows = [
         [_safe(e["method"])]
-        + ([_pct(e["seed_acc"].get(s)) for s in seeds] if e["status"] == "ok" else [NOT_RUN] * len(seeds))
+        + ([_pct(e["seed_acc"].get(s)) for s in seeds] if e["status"] == "ok" else [e["status"]] * len(seeds))
         for e in b["methods"]
     ]
     return Table(
@@ -415,7 +429,7 @@ def _seed_table(b: dict) -> Table:
 def _source_table(b: dict) -> Table:
     ms = b["methods"]
     rows = [
-        [_safe(s)] + [_pct(e["per_source"].get(s)) if e["status"] == "ok" else NOT_RUN for e in ms]
+        [_safe(s)] + [_pct(e["per_source"].get(s)) if e["status"] == "ok" else e["status"] for e in ms]
         for s in b["sources"]
     ]
     return Table(
@@ -669,13 +683,25 @@ def write_report(
     baseline: str = "hybrid_rag",
     seed: int = 0,
     n_boot: int = 2000,
+    protocols: list[str] | None = None,
+    data_dir: str | Path | None = None,
 ) -> dict[str, Path]:
-    """Write leaderboard.md/.csv/.html into ``out_dir`` (default ``<run_dir>/report``); return their paths."""
+    """Write leaderboard.md/.csv/.html into ``out_dir`` (default ``<run_dir>/report``); return their paths.
+
+    ``protocols`` (names from ``reports.protocols.PROTOCOLS``) appends their sections to the Markdown
+    and HTML; ``data_dir`` is where the key-overlap protocol finds the benchmark data.
+    """
     data = load_run(run_dir)
     out = Path(out_dir) if out_dir is not None else data.run_dir / "report"
     summary = summarize(data, baseline=baseline, seed=seed, n_boot=n_boot)
     cap = caption(data, baseline, seed, n_boot)
     sections = build_tables(data, summary)
+    if protocols:
+        from .protocols import parse_protocols
+        from .protocols.render import protocol_sections
+
+        sections += protocol_sections(data, parse_protocols(protocols), baseline=baseline,
+                                      data_dir=Path(data_dir) if data_dir else None)
     prov = _provenance(data, seed, n_boot)
     title = f"SourceBench leaderboard: run {_safe(data.run.get('run_id') or data.run_dir.name)}"
     seeds = sorted({s for b in summary for e in b["methods"] for s in e.get("seed_acc", {})}, key=sort_key)

@@ -1,0 +1,279 @@
+"""NarrativeQA: questions about whole stories, each story read in full (not through its summary).
+
+By default the 12 test-split stories of the paper (6 movie scripts, 6 books), each one source split
+into scenes or chapters (``split_story``: INT./EXT. scene headings, chapter/book/act headings, else
+paragraph chunks; long sections cut into parts). Raw story files carry a preamble (Project
+Gutenberg header, web page around a script): the text is cut to the row's ``start``/``end``
+markers and HTML pages are turned into text. Tasks are the story's questions, both reference answers
+kept for the LLM judge; near-duplicate question/answer pairs (two annotators asking the same thing)
+are dropped so that one cannot sit in guidance and its twin in test.
+
+Data, in order: rows in the Hugging Face row format (``document{id, kind, url, start, end, text,
+summary}``, ``question{text}``, ``answers[{text}]``) from ``<data>/narrativeqa/*.jsonl`` or the
+dataset's own parquet files there; else ``deepmind/narrativeqa`` streamed from the Hub at a pinned
+revision (``--opt revision=`` to change it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import re
+from pathlib import Path
+from typing import Any
+
+from harness.data import Answer, Score, Source, Task
+from harness.elements import split_story
+from harness.errors import ConfigError, DataError
+from harness.io import iter_jsonl
+from judges.llm_judge import JUDGE_NAME, llm_judge
+
+from .availability import Availability, candidate_dirs, hub_status, iter_rows
+from .base import Benchmark
+
+# source id -> (document id in the test split, title, kind), in the paper's order
+PAPER_STORIES: dict[str, tuple[str, str, str]] = {
+    "breakfast_club": ("053c75f420da5b13619eff42645f4e13882435b7", "The Breakfast Club", "movie"),
+    "taxi_driver": ("6bec7c2bdd0b01296bc9020288d833709e54cd52", "Taxi Driver", "movie"),
+    "all_about_eve": ("20696abc25990b16584085154ce317d4018cffe8", "All About Eve", "movie"),
+    "broadcast_news": ("e46daf966d764e1ef9d880884efa3b17a636e65d", "Broadcast News", "movie"),
+    "demolition_man": ("069ba0ceb78ef8fe8a193b7b4f225938f2044f0c", "Demolition Man", "movie"),
+    "lotr_fellowship": ("750ec3a9ab4879f2593fb1baed81e6b449a5c755",
+                        "The Lord of the Rings: The Fellowship of the Ring", "movie"),
+    "press_cuttings": ("ebb8c31643ca701cef556caebc31c8490f4dfc9e", "Press Cuttings", "gutenberg"),
+    "out_of_times_abyss": ("0e9c46e2aaab8f794dd9e636ee6e88f301a2ef78", "Out of Time's Abyss", "gutenberg"),
+    "call_of_the_wild": ("1fa32a0798f79e13ca92ae84eda9ab3eb12c70a4", "The Call of the Wild", "gutenberg"),
+    "castle_of_otranto": ("eaba6723befdddc5c5177c5c1bf5262d850c2a99", "The Castle of Otranto", "gutenberg"),
+    "persuasion": ("55d68540c6b86bc90f7a9e630c8b13c0920bf834", "Persuasion", "gutenberg"),
+    "old_wives_tale": ("03690ff2154ebecb454ea267cec529358ab6923b", "The Old Wives' Tale", "gutenberg"),
+}
+HF_REPO = "deepmind/narrativeqa"
+# The revision MTEB pins for this repository; not verifiable offline here (see README).
+HF_REVISION = "2e643e7363944af1c33a652d1c87320d0871c4e4"
+SECTION_CHARS = 4000
+DUP_QUESTION_JACCARD = 0.7
+DUP_ANSWER_JACCARD = 0.5
+
+_WORD = re.compile(r"[a-z0-9]+")
+_HTML_HINT = re.compile(r"<\s*(html|body|pre|p|br|b|div|table|font)\b", re.IGNORECASE)
+
+
+# function words that rewording adds or drops; question words are kept (who/why/where change the question)
+_STOP = frozenset("a an the of to in on at by for with from and or is are was were be been did does do s his her "
+                  "their its".split())
+
+
+def _words(text: str) -> set[str]:
+    return set(_WORD.findall(text.lower())) - _STOP
+
+
+def _jaccard(a: set[str], b: set[str]) -> float:
+    return len(a & b) / len(a | b) if a | b else 1.0
+
+
+def html_to_text(text: str) -> str:
+    """Visible text of a web page, line structure kept (scripts are laid out in <pre> blocks)."""
+    text = re.sub(r"(?is)<(script|style)\b.*?</\1\s*>", "", text)
+    text = re.sub(r"(?is)<!--.*?-->", "", text)
+    text = re.sub(r"(?i)<br\s*/?>", "\n", text)
+    text = re.sub(r"(?i)</?(p|div|tr|table|h[1-6]|li|pre|blockquote)\b[^>]*>", "\n", text)
+    text = re.sub(r"<[^>]+>", "", text)
+    return html.unescape(text).replace("\r\n", "\n").replace("\r", "\n")
+
+
+def story_text(document: dict[str, Any]) -> str:
+    """The story itself: cut to its ``start``/``end`` markers, an HTML page turned into text."""
+    text = str(document.get("text") or "")
+    start, end = str(document.get("start") or "").strip(), str(document.get("end") or "").strip()
+    if start and (i := text.find(start)) > 0:
+        text = text[i:]
+    if end and (j := text.rfind(end)) >= 0:
+        text = text[: j + len(end)]
+    if _HTML_HINT.search(text[:20000]):
+        text = html_to_text(text)
+    return text.strip()
+
+
+def task_id(source_id: str, question: str) -> str:
+    return f"{source_id}-{hashlib.sha256(question.strip().encode()).hexdigest()[:10]}"
+
+
+def drop_near_duplicates(tasks: list[Task]) -> list[Task]:
+    """Keep the first of each near-duplicate pair: similar question words and overlapping answers."""
+    kept: list[Task] = []
+    sigs: list[tuple[set[str], list[set[str]]]] = []
+    for t in tasks:
+        q, answers = _words(t.question), [_words(a) for a in t.reference]
+        twin = next((i for i, (kq, ka) in enumerate(sigs) if _jaccard(q, kq) >= DUP_QUESTION_JACCARD
+                     and any(_jaccard(a, b) >= DUP_ANSWER_JACCARD for a in answers for b in ka)), None)
+        if twin is None:
+            kept.append(t)
+            sigs.append((q, answers))
+        else:
+            first = kept[twin]
+            dups = first.metadata.get("near_duplicates", []) + [t.id]
+            kept[twin] = first.model_copy(update={"metadata": {**first.metadata, "near_duplicates": dups}})
+    return kept
+
+
+class NarrativeQA(Benchmark):
+    name = "narrativeqa"
+    version = "1-A"
+    subdir = "narrativeqa"
+    scorer_name = JUDGE_NAME
+    needs_judge_model = True
+    answer_instructions = "Answer the question about the story in a few words or one short sentence."
+    known_options = {
+        "stories": "which stories: paper (default, the paper's 12) or comma-separated document ids",
+        "revision": f"Hugging Face revision of {HF_REPO} (default {HF_REVISION[:12]}...)",
+    }
+
+    def __init__(self, data_dir: Path | None = None, options: dict[str, str] | None = None):
+        super().__init__(data_dir, options)
+        self._stories: tuple[dict[str, dict[str, Any]], str] | None = None
+
+    def how_to_get(self) -> str:
+        return (f"put the rows of the {HF_REPO} test split (its parquet files, or JSON lines in the same row format) "
+                f"into DATA/narrativeqa/; online, nothing: the test split is streamed from the Hub "
+                f"(revision {self.revision()[:12]})")
+
+    def revision(self) -> str:
+        return self.options.get("revision", HF_REVISION)
+
+    # -- which stories -----------------------------------------------------------------------------
+    def wanted(self) -> dict[str, str]:
+        """document id -> source id of the stories this run covers."""
+        opt = self.options.get("stories", "paper")
+        if opt == "paper":
+            return {doc_id: sid for sid, (doc_id, _, _) in PAPER_STORIES.items()}
+        ids = [x.strip() for x in opt.split(",") if x.strip()]
+        if not ids:
+            raise ConfigError("narrativeqa: --opt stories= needs 'paper' or document ids")
+        by_doc = {doc_id: sid for sid, (doc_id, _, _) in PAPER_STORIES.items()}
+        return {i: by_doc.get(i, i) for i in ids}
+
+    # -- loading -----------------------------------------------------------------------------------
+    def _local_files(self) -> list[Path]:
+        for d in candidate_dirs(self):
+            if d.is_dir():
+                files = sorted(d.glob("*.jsonl")) + sorted(d.glob("*.parquet")) + sorted(d.glob("data/*.parquet"))
+                if files:
+                    return files
+        return []
+
+    def stories(self) -> tuple[dict[str, dict[str, Any]], str]:
+        """(source id -> {"document": ..., "rows": [...]}, origin) for the wanted stories present."""
+        if self._stories is None:
+            wanted = self.wanted()
+            files = self._local_files()
+            rows = self._local_rows(files, set(wanted)) if files else self._hub_rows(set(wanted))
+            origin = (", ".join(str(f) for f in files) if files else f"huggingface:{HF_REPO}@{self.revision()}")
+            out: dict[str, dict[str, Any]] = {}
+            for where, row in rows:
+                doc = row.get("document")
+                if not isinstance(doc, dict) or "id" not in doc or not isinstance(row.get("question"), dict):
+                    raise DataError(f"{where}: not a NarrativeQA row (needs document{{id, text}}, question{{text}}, answers)")
+                sid = wanted[str(doc["id"])]
+                entry = out.setdefault(sid, {"document": doc, "rows": []})
+                if not entry["document"].get("text") and doc.get("text"):
+                    entry["document"] = doc
+                entry["rows"].append(row)
+            order = {sid: i for i, sid in enumerate(wanted.values())}
+            self._stories = (dict(sorted(out.items(), key=lambda kv: order[kv[0]])), origin)
+        return self._stories
+
+    def _local_rows(self, files: list[Path], ids: set[str]):
+        for f in files:
+            if f.suffix == ".jsonl":
+                for line, obj in iter_jsonl(f):
+                    if str((obj.get("document") or {}).get("id")) in ids:
+                        yield f"{f}:{line}", obj
+            else:
+                yield from ((str(f), r) for r in _parquet_rows(f, ids))
+
+    def _hub_rows(self, ids: set[str]):
+        looked = ", ".join(str(d) for d in candidate_dirs(self))
+        hint = f"no NarrativeQA rows in {looked}; download the {HF_REPO} test parquet files into DATA/narrativeqa"
+        rev = self.revision()
+
+        def load():
+            import datasets
+
+            return datasets.load_dataset(HF_REPO, split="test", revision=rev, streaming=True)
+
+        for row in iter_rows(f"narrativeqa: Hugging Face {HF_REPO}@{rev}", hint, load):
+            if str(row["document"]["id"]) in ids:
+                yield f"huggingface:{HF_REPO}", row
+
+    def source_ids(self) -> list[str]:
+        stories, origin = self.stories()
+        if not stories:
+            raise DataError(f"narrativeqa: none of the {len(self.wanted())} requested stories is in {origin}")
+        return list(stories)
+
+    def _story(self, source_id: str) -> dict[str, Any]:
+        stories, origin = self.stories()
+        if source_id not in stories:
+            raise DataError(f"narrativeqa: story '{source_id}' is not in {origin} (present: {', '.join(stories) or 'none'})")
+        return stories[source_id]
+
+    def load_source(self, source_id: str) -> Source:
+        doc = self._story(source_id)["document"]
+        text = story_text(doc)
+        if not text:
+            raise DataError(f"narrativeqa/{source_id}: the story text is empty")
+        elements = split_story(source_id, text, max_chars=SECTION_CHARS)
+        title = PAPER_STORIES.get(source_id, ("", (doc.get("summary") or {}).get("title") or source_id, ""))[1]
+        return Source(id=source_id, kind="documents", elements=elements, origin=self.stories()[1],
+                      description=f"NarrativeQA: the full text of {title} ({doc.get('kind', 'story')})",
+                      metadata={"document_id": doc["id"], "kind": doc.get("kind"), "url": doc.get("url"),
+                                "n_words": len(text.split())})
+
+    def load_tasks(self, source_id: str) -> list[Task]:
+        tasks = []
+        for row in self._story(source_id)["rows"]:
+            question = str(row["question"].get("text") or "").strip()
+            answers = [str(a.get("text") or "").strip() for a in row.get("answers") or [] if isinstance(a, dict)]
+            answers = [a for a in answers if a]
+            if not question or not answers:
+                continue
+            tid = task_id(source_id, question)
+            tasks.append(Task(id=tid, source_id=source_id, question=question, reference=answers, group=tid,
+                              metadata={"document_id": row["document"]["id"]}))
+        unique = list({t.id: t for t in tasks}.values())  # the very same question twice: keep one
+        kept = drop_near_duplicates(unique)
+        if not kept:
+            raise DataError(f"narrativeqa/{source_id}: no questions with answers")
+        return kept
+
+    def data_status(self) -> Availability:
+        looked = [str(d) for d in candidate_dirs(self)]
+        if not self._local_files():
+            state, detail = hub_status(f"Hugging Face {HF_REPO}@{self.revision()[:12]}")
+            return Availability(self.name, False, "", f"no NarrativeQA rows on disk; {detail}", self.how_to_get(),
+                                state=state, looked_in=looked + [f"huggingface:{HF_REPO}@{self.revision()}"])
+        try:
+            ids = self.source_ids()
+        except DataError as e:
+            return Availability(self.name, False, "", str(e), self.how_to_get(), state="missing", looked_in=looked)
+        return Availability(self.name, True, self.stories()[1],
+                            f"{len(ids)} of {len(self.wanted())} requested stories: {', '.join(ids)}",
+                            self.how_to_get(), state="present", looked_in=looked)
+
+    async def score(self, task: Task, answer: Answer, judge=None) -> Score:
+        if answer.failed:
+            return Score(value=0.0, correct=False, judge=self.scorer_name, failed=True, failure_reason=answer.failure_reason)
+        if judge is None:
+            raise DataError("narrativeqa needs a judge model (--judge-model)")
+        return await llm_judge(task, answer, judge)
+
+
+def _parquet_rows(path: Path, ids: set[str]):
+    """Rows of one of the dataset's parquet files whose document id is wanted (others never decoded)."""
+    import pyarrow.dataset as pds
+
+    try:
+        table = pds.dataset(str(path), format="parquet").to_table(filter=pds.field("document", "id").isin(sorted(ids)))
+    except Exception as e:  # pyarrow raises ArrowInvalid and friends on foreign files
+        raise DataError(f"{path}: not a NarrativeQA parquet file ({type(e).__name__}: {str(e)[:200]})") from None
+    yield from table.to_pylist()

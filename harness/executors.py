@@ -1,0 +1,132 @@
+"""Executors: where the pending cells of a run are learned and tested.
+
+A run's work is a set of independent (method, source, seed) cells. ``local`` runs them in this
+process (learn each artifact once, then the test phase as inspect-ai tasks). ``ray`` runs them as
+Ray tasks on a Ray cluster (``ray.init(address=...)``), every task writing into the same output
+folder, which must therefore be on a filesystem all nodes share:
+
+1. preflight here (an unreachable endpoint fails before any task is scheduled);
+2. learn: one Ray task per source, building that source's pending artifacts one after the other
+   (artifacts of one source may share sub-artifacts such as the hybrid index, so they are never
+   built by two processes at once; different sources never share them);
+3. test: one Ray task per (method, source, seed) cell, loading the frozen artifacts and appending
+   its rows to ``results.jsonl``, its counters to ``usage.jsonl``, its logs under ``logs/``.
+
+This process keeps the folder's lock and is the only one that writes ``run.json``, repairs a torn
+``results.jsonl`` tail and writes the report. Each task recomputes the seeded splits and skips rows
+already present, so a re-run after a crash, a lost node or a Ctrl-C resumes exactly as a local
+run does, and both executors produce the same rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigError, SourceBenchError
+
+if TYPE_CHECKING:
+    from .runner import RunConfig, Runner
+
+EXECUTORS = ("local", "ray")
+RAY_LOCAL_OBJECT_STORE_BYTES = 256 * 2**20  # a local instance only moves small summaries around
+
+
+class LocalExecutor:
+    """Everything in this process: the default."""
+
+    async def execute(self, runner: "Runner", pending: list, done: set) -> None:
+        await runner._preflight()
+        cells = await runner._learn_all(pending)
+        await runner._test_all(cells, done)
+
+
+def run_share(cfg: "RunConfig", stage: str) -> dict[str, Any]:
+    """Body of a Ray task: learn (``stage="learn"``) or learn and test (``"test"``) the cells of ``cfg``."""
+    from .runner import Runner
+
+    return Runner(cfg).run_worker(stage)
+
+
+class RayExecutor:
+    """Cells as Ray tasks; see the module docstring for the stages and the shared-folder contract."""
+
+    def __init__(self, address: str | None = None):
+        self.address = address
+
+    def _init(self) -> Any:
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--executor ray: Ray is not installed (pip install 'sourcebench[ray]')") from None
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        kw: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.ERROR,
+                              "ignore_reinit_error": True, "configure_logging": False}
+        if self.address:
+            kw["address"] = self.address
+        else:  # a private local instance for this run
+            kw["object_store_memory"] = RAY_LOCAL_OBJECT_STORE_BYTES
+        try:
+            ray.init(**kw)
+        except (ConnectionError, ValueError, RuntimeError) as e:
+            where = self.address or "a local instance"
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ConfigError(f"--ray-address {where}: cannot connect to Ray ({msg})") from None
+        return ray
+
+    async def execute(self, runner: "Runner", pending: list, done: set) -> None:
+        await runner._preflight()
+        ray = self._init()
+        try:
+            task = ray.remote(num_cpus=1, max_retries=0)(run_share)
+            base = replace(runner.cfg, out=runner.out.resolve(), executor="local", ray_address=None,
+                           display="none", write_report=False,
+                           data_dir=runner.cfg.data_dir.resolve() if runner.cfg.data_dir else None)
+            by_source: dict[str, tuple[list[str], list[int]]] = {}
+            for method, (source, split, _g, _t) in pending:
+                ms, ss = by_source.setdefault(source.id, ([], []))
+                if method.name not in ms:
+                    ms.append(method.name)
+                if split.seed not in ss:
+                    ss.append(split.seed)
+            learn = [(f"learn {sid}", task.remote(replace(base, methods=ms, sources=[sid], seeds=ss), "learn"))
+                     for sid, (ms, ss) in by_source.items()]
+            await self._gather(ray, learn, runner)
+            test = [(f"{m.name}/{p[0].id}/seed{p[1].seed}",
+                     task.remote(replace(base, methods=[m.name], sources=[p[0].id], seeds=[p[1].seed]), "test"))
+                    for m, p in pending]
+            runner.log(f"ray: {len(learn)} learn task(s) done, {len(test)} test cell(s) submitted")
+            await self._gather(ray, test, runner)
+            from .inspect_tasks import scrub_logs, unfinished_logs
+
+            scrub_logs(unfinished_logs(runner.out / "logs"))  # left by killed runs; every worker is done
+        finally:
+            ray.shutdown()
+
+    async def _gather(self, ray: Any, labelled: list[tuple[str, Any]], runner: "Runner") -> None:
+        """Wait for every task; sum their live calls; re-raise the first failure as the local run would."""
+        results = await asyncio.gather(*(ref for _, ref in labelled), return_exceptions=True)
+        first: BaseException | None = None
+        for (label, _), res in zip(labelled, results):
+            if isinstance(res, BaseException):
+                cause = getattr(res, "cause", None) or res
+                if first is None:
+                    first = cause if isinstance(cause, SourceBenchError) else RuntimeError(
+                        f"ray task {label} failed: {type(cause).__name__}: {cause}")
+                continue
+            runner.live_calls += int(res.get("live_calls", 0))
+        if first is not None:
+            raise first
+
+
+def get_executor(name: str, ray_address: str | None = None) -> LocalExecutor | RayExecutor:
+    if name == "local":
+        if ray_address:
+            raise ConfigError("--ray-address: only meaningful with --executor ray")
+        return LocalExecutor()
+    if name == "ray":
+        return RayExecutor(ray_address)
+    raise ConfigError(f"--executor {name!r}: unknown executor; known: {', '.join(EXECUTORS)}")

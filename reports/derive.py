@@ -1,0 +1,210 @@
+"""Data some tables need beyond the scored rows, derived once per run folder into ``reproduce/``.
+
+- ``matched_<method>.json`` (Table 2): the prompt tokens a reference method used on every test task,
+  which the budget-matched counterparts read up to (``methods.hybrid_rag``'s ``match_context_file``).
+- ``regions.json`` (Table 5): for every test and guidance task of every split, the source region it
+  touches, and whether a test task's region overlaps any guidance task's (seen) or not (unseen).
+- ``cycles.json`` (Table 6): units and observations of the model after c self-directed cycles.
+
+Region of a task (Table 5), precisely:
+
+1. Anchor elements: the task's gold evidence (``task.metadata["gold_element_ids"]``, else the
+   elements of its ``gold_doc_ids``) when the benchmark labels it; otherwise the top ``anchor_k`` elements of the Hybrid RAG ranking for the
+   question alone (the same index and per-file cap as Hybrid RAG; never the reference answer), so
+   guidance and test tasks are placed by the same reference-free rule.
+2. Regions: the SourceLearn regions (of the source's M0 model in the run folder: LLM blocks, folders
+   or deterministic blocks, ``methods.sourcelearn.regions``) that contain an anchor; an element in no
+   region stands for itself. Without an M0 model the regions are the anchor elements themselves
+   (``granularity: "elements"``).
+3. A test task is *seen* in a split if its regions intersect the union of the regions of that
+   split's guidance tasks (those the methods learned from, after ``guidance_limit``), else *unseen*.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from harness.data import Source, Task
+from harness.errors import DataError
+from harness.io import atomic_write_json, read_json
+from harness.runner import limit_tasks
+
+from .leaderboard import load_run
+from .results import DERIVED
+
+REGION_DEFINITION = (
+    "anchors = gold evidence elements if labelled, else the top-k Hybrid RAG elements for the question; "
+    "regions = SourceLearn M0 regions containing an anchor (elements when no M0 model); a test task is seen "
+    "if its regions intersect those of any guidance task of the same split"
+)
+
+
+# ------------------------------------------------------------------------------------- Table 2
+
+def matched_targets(run_dir: Path, reference: str) -> tuple[dict[str, int], int]:
+    """(targets, missing): the reference's prompt tokens per ``source\\tseed\\ttask`` key, and how many
+    test tasks scored by other methods of the folder it has not scored yet."""
+    from methods.hybrid_rag import context_key
+
+    data = load_run(run_dir)
+    targets = {context_key(r["source"], int(r["seed"]), str(r["task_id"])): int(r.get("context_tokens") or 0)
+               for r in data.results if r["method"] == reference}
+    others = {context_key(r["source"], int(r["seed"]), str(r["task_id"])) for r in data.results
+              if r["method"] != reference and "@matched=" not in r["method"]}
+    return targets, len(others - set(targets))
+
+
+def write_matched(run_dir: Path, reference: str) -> tuple[Path, int]:
+    targets, missing = matched_targets(run_dir, reference)
+    path = Path(run_dir) / DERIVED / f"matched_{reference}.json"
+    atomic_write_json(path, {"reference": reference, "unit": "prompt tokens (characters / 4)", "targets": targets})
+    return path.resolve(), missing
+
+
+# ------------------------------------------------------------------------------------- Table 5
+
+def gold_ids(task: Task, source: Source) -> list[str]:
+    """Labelled gold elements; else every element of the labelled gold documents; else none."""
+    from methods.hybrid_rag import gold_document_elements, gold_element_ids
+
+    return sorted(gold_element_ids(task) or gold_document_elements(task, source))
+
+
+def element_regions(model: Any) -> dict[str, str]:
+    """element id -> region id, from a SourceLearn model's regions and entities."""
+    out: dict[str, str] = {}
+    for r in model.regions:
+        for e in r.element_ids:
+            out.setdefault(e, r.id)
+    for ent in model.entities:
+        for e in ent.element_ids:
+            out.setdefault(e, ent.region)
+    return out
+
+
+def _m0_models(run_dir: Path) -> dict[str, Any]:
+    from methods.sourcelearn.audit import load_run as load_models
+
+    try:
+        rm = load_models(run_dir)
+    except DataError:
+        return {}
+    return {m.source_id: m.model for m in rm.models if m.stage == "M0"}
+
+
+def _index(run_dir: Path, source: Source, embedder_spec: str, recorded: str):
+    """The Hybrid RAG index of the run (loaded from its artifacts, or built the same way)."""
+    from harness.artifacts import ArtifactStore
+    from harness.embeddings import get_embedder
+    from harness.retrieval import HybridIndex
+    from methods.evidence import index_inputs
+
+    embedder = get_embedder(embedder_spec, run_dir / "cache")
+    if recorded and embedder.name != recorded:
+        raise DataError(f"{run_dir}: the run used embedder {recorded}, the config gives {embedder.name}")
+    store = ArtifactStore(run_dir / "artifacts")
+    inputs = index_inputs(source, embedder.name)
+    if store.exists("hybrid_index", inputs):
+        return HybridIndex.load(store.path("hybrid_index", inputs), source.elements, embedder)
+
+    async def build(folder: Path) -> dict[str, Any]:
+        HybridIndex(source.elements, embedder).save(folder)
+        return {"n_elements": len(source.elements)}
+
+    folder = asyncio.run(store.get_or_build("hybrid_index", inputs, build))
+    return HybridIndex.load(folder, source.elements, embedder)
+
+
+def task_anchors(task: Task, index: Any, source: Source, k: int) -> tuple[list[str], str]:
+    gold = gold_ids(task, source)
+    if gold:
+        return gold, "gold"
+    cap = 3 if source.kind == "code" else None
+    return [e.element_id for e in index.search(task.question, k=k, per_file_cap=cap)], "retrieved"
+
+
+class _Placer:
+    """Anchors and regions of the tasks of one source (anchors computed once per task)."""
+
+    def __init__(self, index: Any, source: Source, region_of: dict[str, str], k: int):
+        self.index, self.source, self.region_of, self.k = index, source, region_of, k
+        self.cache: dict[str, tuple[list[str], str]] = {}
+
+    def place(self, t: Task) -> tuple[list[str], list[str], str]:
+        if t.id not in self.cache:
+            self.cache[t.id] = task_anchors(t, self.index, self.source, self.k)
+        anchors, how = self.cache[t.id]
+        return anchors, sorted({self.region_of.get(e, e) for e in anchors}), how
+
+
+def derive_regions(run_dir: Path, bench: Any, embedder_spec: str, anchor_k: int,
+                   guidance_limit: int | None) -> dict[str, Any]:
+    """Write ``reproduce/regions.json`` for every source and split seed that has scored test rows."""
+    run_dir = Path(run_dir)
+    data = load_run(run_dir)
+    models = _m0_models(run_dir)
+    tested: dict[str, dict[int, set[str]]] = {}
+    for r in data.results:
+        tested.setdefault(r["source"], {}).setdefault(int(r["seed"]), set()).add(str(r["task_id"]))
+    out: dict[str, Any] = {"definition": REGION_DEFINITION, "anchor_k": anchor_k, "granularity": {}, "sources": {}}
+    for sid in sorted(tested):
+        source = bench.load_source(sid)
+        tasks = {t.id: t for t in bench.load_tasks(sid)}
+        index = _index(run_dir, source, embedder_spec, str(data.run.get("embedder") or ""))
+        placer = _Placer(index, source, element_regions(models[sid]) if sid in models else {}, anchor_k)
+        out["granularity"][sid] = "sourcelearn-regions" if sid in models else "elements"
+        per_seed: dict[str, Any] = {}
+        for seed, test_ids in sorted(tested[sid].items()):
+            man_path = run_dir / "splits" / bench.name / sid / f"seed{seed}.json"
+            if not man_path.is_file():
+                raise DataError(f"{man_path}: split manifest missing")
+            man = read_json(man_path)
+            guidance = limit_tasks([tasks[i] for i in man["guidance_ids"] if i in tasks], guidance_limit, seed)
+            g_regions: set[str] = set()
+            for g in guidance:
+                g_regions |= set(placer.place(g)[1])
+            tests = {}
+            for tid in sorted(test_ids):
+                if tid not in tasks:
+                    continue
+                anchors, regions, how = placer.place(tasks[tid])
+                tests[tid] = {"anchors": anchors, "anchor": how, "regions": regions,
+                              "seen": bool(set(regions) & g_regions)}
+            per_seed[str(seed)] = {"n_guidance": len(guidance), "guidance_regions": sorted(g_regions), "tests": tests}
+        out["sources"][sid] = per_seed
+    atomic_write_json(run_dir / DERIVED / "regions.json", out)
+    return out
+
+
+# ------------------------------------------------------------------------------------- Table 6
+
+def derive_cycles(run_dir: Path, aliases: dict[int, str]) -> dict[str, Any]:
+    """Write ``reproduce/cycles.json``: per source and cycle count, units and last-cycle observations.
+
+    ``aliases`` maps a cycle count to the method name its model was scored under; the model is the
+    artifact that produced the scored rows (``artifact`` field of the rows).
+    """
+    from methods.sourcelearn.model import SourceModel
+
+    run_dir = Path(run_dir)
+    data = load_run(run_dir)
+    out: dict[str, Any] = {"definition": "units: units of the saved model; observations: inspection and study notes "
+                                         "of the last self-directed cycle", "sources": {}}
+    for c, alias in sorted(aliases.items()):
+        arts = {(r["source"], r.get("artifact")) for r in data.results if r["method"] == alias and r.get("artifact")}
+        for sid, art in sorted(arts):
+            path = run_dir / "artifacts" / ("method_" + alias.replace("/", "_")) / art / "model.json"
+            if not path.is_file():
+                continue
+            model = SourceModel.load(path)
+            obs = None
+            ms = [h for h in model.history if h.stage == "MS"]
+            if c > 0 and ms and ms[-1].stats.get("cycles"):
+                last = ms[-1].stats["cycles"][-1]
+                obs = int(last.get("observations_inspect", 0)) + int(last.get("observations_study", 0))
+            out["sources"].setdefault(sid, {})[str(c)] = {"method": alias, "units": len(model.units),
+                                                          "observations": obs}
+    atomic_write_json(run_dir / DERIVED / "cycles.json", out)
+    return out

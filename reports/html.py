@@ -1,0 +1,183 @@
+"""One self-contained HTML report of a reproduce root: every table with its statistics, the figures
+(PNG, inlined as data URIs), the status of every cell, per-cell cost, run provenance, and links to
+the inspect-ai log of every cell.
+
+Self-contained means one file that needs nothing else to display (no script, no external style or
+image); the log links are relative paths into the run folders, for ``inspect view``.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import os
+import time
+from pathlib import Path
+
+import yaml
+
+from .config import ExperimentConfig
+from .grid import ReportTable, stats_table
+from .leaderboard import PHASES, _cost, _html_table, _provenance, _safe
+from .render import to_html
+from .results import Results
+
+CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:90rem;color:#1a1a1a;
+line-height:1.4;padding:0 1rem}
+h1{font-size:1.6rem}h2{border-bottom:1px solid #ddd;padding-bottom:.2rem;margin-top:2.5rem}
+table{border-collapse:collapse;margin:.6rem 0 .4rem;font-size:.88rem}
+caption{text-align:left;font-weight:600;padding:.3rem 0}
+th,td{border:1px solid #d0d0d0;padding:.22rem .5rem;vertical-align:top}
+thead th{background:#f2f2f2;text-align:center}tbody th{text-align:left;font-weight:normal;background:#fafafa}
+td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+td.nr{color:#999;font-style:italic;text-align:center}tr.rule td,tr.rule th{border-top:2px solid #888}
+sub.up{color:#00a64f}sub.down{color:#e8967a}sub.zero{color:#777}span.ci{color:#777;font-size:.8em}
+.caption p{margin:.15rem 0;color:#444;font-size:.85rem}ul.notes{color:#8a5a00;font-size:.82rem}
+figure{margin:1rem 0}figure img{max-width:100%;border:1px solid #eee}figcaption{font-size:.85rem;color:#444}
+nav a{margin-right:.8rem}pre{background:#f7f7f7;padding:.6rem;overflow:auto;font-size:.8rem}
+td.ok{color:#1a7f37}td.bad{color:#b42318}
+"""
+
+SECTION_TITLES = {
+    "table1": "Table 1: main results", "table2": "Table 2: matched context budgets",
+    "table3": "Table 3: grounding audit", "table4": "Table 4: preservation audit",
+    "table5": "Table 5: seen and unseen regions", "table6": "Table 6: self-directed learning cycles",
+    "figure3": "Figure 3: ablations", "figure4": "Figure 4: beyond compression",
+    "figure5": "Figure 5: incomplete retrieval",
+}
+
+
+def _img(name: str, png: bytes) -> str:
+    data = base64.b64encode(png).decode("ascii")
+    return (f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{data}">'
+            f"<figcaption>{html.escape(name)}</figcaption></figure>")
+
+
+def _simple(title: str, header: list[str], rows: list[list[str]], cls: dict[int, str] | None = None) -> str:
+    esc = html.escape
+    head = "".join(f"<th>{esc(h)}</th>" for h in header)
+    body = []
+    for r in rows:
+        tds = []
+        for i, c in enumerate(r):
+            k = (cls or {}).get(i)
+            klass = ""
+            if k == "status":
+                klass = ' class="ok"' if c == "ran" else ' class="bad"' if c == "failed" else ' class="nr"'
+            tds.append(f"<td{klass}>{c}</td>" if k == "raw" else f"<td{klass}>{esc(c)}</td>")
+        body.append("<tr>" + "".join(tds) + "</tr>")
+    return f"<table><caption>{esc(title)}</caption><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _status_section(res: Results) -> str:
+    cells = (res.status.get("cells") or {})
+    rows = [[k.split("/")[0], k.split("/")[1], "/".join(k.split("/")[2:]), v.get("status", ""),
+             str(v.get("rows", "")), _safe(v.get("reason", ""))] for k, v in cells.items()]
+    derived = (res.status.get("derived") or {})
+    drows = [[k.split("/")[0], k.split("/")[1], "/".join(k.split("/")[2:]), v.get("status", ""),
+              _safe(v.get("reason", ""))] for k, v in derived.items()]
+    out = _simple("Cells (backend x benchmark x method variant)",
+                  ["backend", "benchmark", "method (variant)", "status", "result rows", "reason"], rows, {3: "status"})
+    if drows:
+        out += _simple("Derived data and audits", ["backend", "benchmark", "step", "status", "reason"], drows,
+                       {3: "status"})
+    return out
+
+
+def _cost_section(res: Results) -> str:
+    rows = []
+    for b in res.cfg.backends:
+        for bn in res.cfg.benchmarks:
+            d = res.data(b.id, bn.id)
+            if d is None:
+                continue
+            methods = list(dict.fromkeys(u.get("method") for u in d.usage if u.get("method")))
+            for m in methods:
+                cost = _cost([u for u in d.usage if u.get("method") == m])
+                cells = [b.name, bn.name, _safe(m)]
+                for p in PHASES:
+                    c = cost.get(p, {})
+                    cells += [f"{c.get('calls', 0):,} ({c.get('calls_live', 0):,} live)",
+                              f"{c.get('tokens', 0):,} ({c.get('tokens_live', 0):,} live)"]
+                cells.append(str(sum(c.get("failed", 0) for c in cost.values())))
+                rows.append(cells)
+    header = ["backend", "benchmark", "method"] + [f"{p} {w}" for p in PHASES for w in ("calls", "tokens")]
+    return _simple("Model calls and tokens per cell and phase (logical = live + cached; shared sub-artifacts such "
+                   "as SourceLearn's M0/MS are counted under the variant that built them first; 'harness' is the "
+                   "endpoint probe, 'audit' the judge calls of the audits)", header + ["failed calls"], rows)
+
+
+def _log_links(res: Results, report_dir: Path) -> str:
+    from inspect_ai.log import read_eval_log
+
+    rows = []
+    for b in res.cfg.backends:
+        for bn in res.cfg.benchmarks:
+            logs = res.folder(b.id, bn.id) / "logs"
+            for p in sorted(logs.glob("*.eval")) if logs.is_dir() else []:
+                try:
+                    h = read_eval_log(str(p), header_only=True)
+                    meta = h.eval.metadata or {}
+                    method = (meta.get("method") or {}).get("name", "?")
+                    src, seed = str(meta.get("source", "?")), str(meta.get("seed", "?"))
+                    status = str(h.status)
+                    n = str(h.results.total_samples if h.results else 0)
+                except Exception as e:  # noqa: BLE001 - an unreadable log is listed, not fatal
+                    method, src, seed, status, n = "?", "?", "?", f"unreadable ({type(e).__name__})", "0"
+                rel = os.path.relpath(p, report_dir)
+                link = f'<a href="{html.escape(rel)}">{html.escape(p.name)}</a>'
+                rows.append([b.name, bn.name, _safe(method), src, seed, status, n, link])
+    note = ("Open a log with <code>inspect view --log-dir &lt;run folder&gt;/logs</code>; the links are relative to "
+            "this report.")
+    return f"<p>{note}</p>" + _simple("inspect-ai logs of the test phase",
+                                      ["backend", "benchmark", "method", "source", "seed", "status", "samples", "log"],
+                                      rows, {7: "raw"})
+
+
+def _provenance_section(res: Results, cfg_text: str) -> str:
+    out = []
+    for b in res.cfg.backends:
+        for bn in res.cfg.benchmarks:
+            d = res.data(b.id, bn.id)
+            if d is None:
+                continue
+            tables = _provenance(d, res.cfg.statistics.seed, res.cfg.statistics.bootstrap_resamples)
+            out.append(f"<h3>{html.escape(b.name)} / {html.escape(bn.name)} "
+                       f"(<code>{html.escape(str(res.folder(b.id, bn.id)))}</code>)</h3>")
+            out += [_html_table(t) for t in tables if t.title in ("Run", "Methods", "Sources")]
+    out.append("<h3>Experiment config</h3><pre>" + html.escape(_safe(cfg_text)) + "</pre>")
+    return "\n".join(out)
+
+
+def render_report(cfg: ExperimentConfig, res: Results, built: dict[str, list[ReportTable]],
+                  figures: dict[str, bytes], report_dir: Path) -> str:
+    esc = html.escape
+    cfg_text = yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True), sort_keys=False)
+    title = f"SourceBench reproduction: {cfg.name}"
+    nav = "".join(f'<a href="#{tid}">{esc(SECTION_TITLES[tid].split(":")[0])}</a>' for tid in built)
+    nav += '<a href="#status">Status</a><a href="#cost">Cost</a><a href="#logs">Logs</a><a href="#provenance">Provenance</a>'
+    out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
+           f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+           f"<h1>{esc(title)}</h1>",
+           f"<p>{esc(cfg.description)}</p>" if cfg.description else "",
+           (f"<p>Output root <code>{esc(str(res.root))}</code>; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
+           "Every number is recomputed from the run folders; re-running the same config reuses every finished cell.</p>"),
+           f"<nav>{nav}</nav>"]
+    for tid, tables in built.items():
+        out.append(f'<section id="{tid}"><h2>{esc(SECTION_TITLES[tid])}</h2>')
+        for name, png in figures.items():
+            if name.startswith(tid + "_"):
+                out.append(_img(name, png))
+        for t in tables:
+            out.append(to_html(t))
+            st = stats_table(t)
+            if st is not None:
+                out.append("<details><summary>Paired comparisons</summary>" + to_html(st) + "</details>")
+        out.append("</section>")
+    out.append(f'<section id="status"><h2>Status of every cell</h2>{_status_section(res)}</section>')
+    out.append(f'<section id="cost"><h2>Cost per cell</h2>{_cost_section(res)}</section>')
+    out.append(f'<section id="logs"><h2>Logs</h2>{_log_links(res, report_dir)}</section>')
+    out.append(f'<section id="provenance"><h2>Provenance</h2>{_provenance_section(res, cfg_text)}</section>')
+    out.append("</body></html>")
+    return "\n".join(x for x in out if x) + "\n"

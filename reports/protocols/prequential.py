@@ -1,0 +1,166 @@
+"""Prequential (online) evaluation (seed 002, Discussion: "online evaluation"), for every method.
+
+Each (source, seed) cell's test tasks form a stream in a seeded order. Every task is answered by
+the method's current state *before* the method may learn from it; then it joins what the method
+learns from (its reference reaches the method only through the run's judge, as guidance tasks
+do). The online score is the cumulative mean along the stream; the stateless run answers the
+same stream with the method's artifact learned from no tasks at all, and the gain is online minus
+stateless (paired on the same tasks).
+
+How the state moves along the stream:
+
+* a method with ``async learn_more(state, tasks, ctx) -> state`` learns truly incrementally, one
+  block at a time, from the state it has (the returned state replaces it; None keeps the mutated
+  one);
+* any other method that learns from tasks (``uses_guidance``) is re-learned from scratch, with
+  ``learn(source, prefix, ctx)``, on the growing prefix at every block boundary. This is the
+  approximation: within a block the state is frozen, so tasks learned late in a block only help
+  from the next block on. Blocks default to ``blocks`` = 4 per stream (``block_size`` overrides),
+  so a stream costs 4 learning runs, and the call cache makes the repeated part of each re-learn
+  free of live calls (it still counts as calls);
+* a method that does not learn from tasks is stateless: online = stateless by construction.
+
+Re-learned artifacts are frozen under ``<run>/protocols/artifacts``; shared sub-artifacts (the
+Hybrid RAG index, SourceLearn's M0/MS) come from the run's store. Every call is counted under
+phase ``protocol`` with stages ``prequential.<stage>``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict
+
+from harness.data import Task, stable_hash
+from harness.method import Context, LearnContext, Method
+
+from ..stats import macro_accuracy, paired_test
+from .session import Plan, RunSession, answer_and_score, gather_limited
+
+NAME = "prequential"
+
+
+class PrequentialSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    blocks: int = 4  # learning points per stream (when block_size is not set)
+    block_size: int | None = None  # tasks per block; overrides blocks
+    seed: int = 0  # stream order
+    concurrency: int = 8
+
+
+def stream_order(tasks: list[Task], seed: int, split_seed: int) -> list[Task]:
+    """A seeded, process-independent order of the stream."""
+    return sorted(tasks, key=lambda t: stable_hash(NAME, seed, split_seed, t.id))
+
+
+def block_bounds(n: int, settings: PrequentialSettings) -> list[tuple[int, int]]:
+    size = settings.block_size or max(1, math.ceil(n / max(1, settings.blocks)))
+    return [(s, min(n, s + size)) for s in range(0, n, size)]
+
+
+def cumulative(scores: list[float]) -> list[float]:
+    return (np.cumsum(scores) / np.arange(1, len(scores) + 1)).tolist() if scores else []
+
+
+class Stream:
+    """One cell's stream: builds the state for each block and answers the block with it."""
+
+    def __init__(self, session: RunSession, method: Method, plan: Plan, settings: PrequentialSettings):
+        self.session, self.method, self.plan, self.settings = session, method, plan, settings
+
+    async def learned_state(self, prefix: list[Task]) -> Any:
+        """The method's artifact learned from ``prefix`` (the run's own artifact for a stateless method)."""
+        s, m, p = self.session, self.method, self.plan
+
+        async def build(folder: Path) -> dict[str, Any]:
+            ctx = s.context(LearnContext, m, p, NAME, workdir=folder)
+            return await m.learn(p.source, prefix, ctx) or {}
+
+        if m.uses_guidance:
+            inputs = {**s.artifact_inputs(m, p, guidance=prefix), "protocol": NAME}
+            folder = await s.protocol_store.get_or_build(f"{NAME}/{m.name}", inputs, build)
+        else:
+            folder = await s.runner.store.get_or_build(f"method/{m.name}", s.artifact_inputs(m, p), build)
+        return s.load_state(m, folder, p)
+
+    async def answer(self, tasks: list[Task], state: Any) -> list[float]:
+        ctx = self.session.context(Context, self.method, self.plan, NAME)
+        scored = await gather_limited([answer_and_score(self.method, t, state, ctx) for t in tasks],
+                                      self.settings.concurrency)
+        return [score for _, score in scored]
+
+    async def learn_more(self, state: Any, block: list[Task], index: int) -> Any:
+        s, p = self.session, self.plan
+        work = s.run_dir / "protocols" / "work" / NAME / self.method.name / p.source.id.replace("/", "_") \
+            / f"seed{p.seed}" / f"block{index}"
+        work.mkdir(parents=True, exist_ok=True)
+        ctx = s.context(LearnContext, self.method, p, NAME, workdir=work)
+        new = await self.method.learn_more(state, block, ctx)  # type: ignore[attr-defined]
+        return state if new is None else new
+
+    async def run(self) -> dict[str, Any]:
+        stream = stream_order(self.plan.tests, self.settings.seed, self.plan.seed)
+        bounds = block_bounds(len(stream), self.settings)
+        incremental = callable(getattr(self.method, "learn_more", None))
+        mode = "incremental" if incremental else "re-learn on prefix" if self.method.uses_guidance else "stateless"
+        state0 = await self.learned_state([])
+        stateless = await self.answer(stream, state0)
+        online = list(stateless[: bounds[0][1]]) if bounds else []  # block 0 is answered by the empty state
+        state = state0
+        for j, (start, end) in enumerate(bounds[1:], start=1):
+            if mode == "stateless":
+                online += stateless[start:end]
+                continue
+            if incremental:
+                state = await self.learn_more(state, stream[bounds[j - 1][0]:start], j)
+            else:
+                state = await self.learned_state(stream[:start])
+            online += await self.answer(stream[start:end], state)
+        block_of = {i: j for j, (a, b) in enumerate(bounds) for i in range(a, b)}
+        return {
+            "source": self.plan.source.id, "seed": self.plan.seed, "mode": mode, "n": len(stream),
+            "block_size": bounds[0][1] - bounds[0][0] if bounds else 0,
+            "tasks": [{"position": i + 1, "task_id": t.id, "block": block_of[i], "learned_from": bounds[block_of[i]][0],
+                       "online": online[i], "stateless": stateless[i]} for i, t in enumerate(stream)],
+            "online_curve": cumulative(online), "stateless_curve": cumulative(stateless),
+        }
+
+
+def summarize_cells(cells: list[dict[str, Any]], seed: int = 0) -> dict[str, Any]:
+    """Macro online and stateless accuracy (leaderboard rule), their paired test, and the mean curve."""
+    def rows(kind: str) -> list[dict[str, Any]]:
+        return [{"source": c["source"], "seed": c["seed"], "task_id": t["task_id"], "score": t[kind]}
+                for c in cells for t in c["tasks"]]
+
+    online, stateless = rows("online"), rows("stateless")
+    if not online:
+        return {"online": None, "stateless": None, "gain_pp": None, "p_value": None, "curve": []}
+    test = paired_test(online, stateless, seed=seed)
+    n = min(c["n"] for c in cells)
+    curve = [{"n": i + 1,
+              "online": float(np.mean([c["online_curve"][i] for c in cells])),
+              "stateless": float(np.mean([c["stateless_curve"][i] for c in cells]))} for i in range(n)]
+    acc_on, acc_off = macro_accuracy(online), macro_accuracy(stateless)
+    return {"online": acc_on, "stateless": acc_off, "gain_pp": 100.0 * (acc_on - acc_off), "test": test["test"],
+            "p_value": test["p_value"], "curve": curve,
+            "block_starts": sorted({t["learned_from"] for c in cells for t in c["tasks"]})}
+
+
+async def run(session: RunSession, settings: PrequentialSettings, progress: Any = print) -> dict[str, Any]:
+    out: dict[str, Any] = {"protocol": NAME, "settings": settings.model_dump(), "benchmark": session.bench.name,
+                           "methods": []}
+    for method in session.methods:
+        cells = []
+        for plan in session.plans():
+            progress(f"prequential: {method.name} on {plan.source.id} seed {plan.seed}")
+            try:
+                cells.append(await Stream(session, method, plan, settings).run())
+            finally:
+                session.flush(plan)
+        out["methods"].append({"method": method.name, "mode": cells[0]["mode"] if cells else None,
+                               **summarize_cells(cells, settings.seed), "cells": cells})
+    return out

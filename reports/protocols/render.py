@@ -1,0 +1,203 @@
+"""Protocol results as leaderboard tables (``reports.leaderboard.Table``), one section per protocol.
+
+Key-overlap and break-even are recomputed from the run folder each time (no model calls);
+prequential and harmful-entry results are read from ``<run>/protocols/<name>.json``, written by
+``sourcebench protocol NAME RUN_DIR`` (they need model calls), and a section says so when that
+file is missing rather than showing nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.errors import SourceBenchError
+from harness.io import read_json
+
+from ..leaderboard import NA, RunData, Table, _p, _pct, _safe
+from . import breakeven, keyoverlap
+from .keyoverlap import GROUPS, NO_KEYS
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: list[float], width: int = 24) -> str:
+    """Values in [0, 1] as block characters (absolute scale), resampled to at most ``width``."""
+    if not values:
+        return ""
+    if len(values) > width:
+        idx = [round(i * (len(values) - 1) / (width - 1)) for i in range(width)]
+        values = [values[i] for i in idx]
+    return "".join(SPARK[min(len(SPARK) - 1, max(0, int(v * len(SPARK))))] for v in values)
+
+
+def _num(x: float | None, fmt: str = "{:,.1f}") -> str:
+    return NA if x is None else fmt.format(x)
+
+
+def _unavailable(title: str, b: dict[str, Any]) -> Table:
+    return Table(title, ["status"], [[_safe(b.get("status", "unavailable"))]], _safe(b.get("reason", "")))
+
+
+# -- key-overlap ------------------------------------------------------------------------------------
+
+
+def key_overlap_tables(result: dict[str, Any]) -> list[Table]:
+    tables = []
+    for b in result["benchmarks"]:
+        title = f"{_safe(b['benchmark'])}: key-overlap groups"
+        if b["status"] != "ok":
+            tables.append(_unavailable(title, b))
+            continue
+        rows = []
+        for m in b["methods"]:
+            for g in (*GROUPS, NO_KEYS):
+                c = m["groups"].get(g)
+                if c is None:
+                    continue
+                delta = f"{c['delta_pp']:+.1f}" if c.get("delta_pp") is not None else NA
+                rows.append([_safe(m["method"]), g, str(c["n"]), _pct(c["accuracy"]), delta, _p(c.get("p_value")),
+                             _num(c.get("actions"))])
+        sizes = ", ".join(f"{g}: {b['tasks_by_group'].get(g, 0)}" for g in (*GROUPS, NO_KEYS)
+                          if b["tasks_by_group"].get(g) or g in GROUPS)
+        lead = " ".join(x for x in (f"Test tasks per group ({sizes}).", b.get("note", "")) if x)
+        note = (f"{lead} {result['definition']}. Δ: paired mean difference vs {_safe(result['baseline'])} on the "
+                "group's items (unadjusted p); actions: mean per task where the method reports them (agent methods).")
+        tables.append(Table(title, ["method", "group", "n rows", "accuracy %", "Δ vs baseline (pp)", "p", "actions"],
+                            rows, note))
+    return tables
+
+
+# -- break-even -------------------------------------------------------------------------------------
+
+
+def break_even_tables(result: dict[str, Any]) -> list[Table]:
+    tables = []
+    for b in result["benchmarks"]:
+        title = f"{_safe(b['benchmark'])}: break-even vs {_safe(result['baseline'])}"
+        if b["status"] != "ok":
+            tables.append(_unavailable(title, b))
+            continue
+        base = b["baseline_costs"]
+        rows = []
+        for m in b["methods"]:
+            if m["status"] != "ok":
+                rows.append([_safe(m["method"])] + [m["status"]] + [NA] * 7)
+                continue
+            rows.append([
+                _safe(m["method"]), str(m["n_artifacts"]), _num(m["build_calls"]), _num(m["build_tokens"], "{:,.0f}"),
+                _num(m["answer_calls_per_task"], "{:,.2f}"), _num(m["answer_tokens_per_task"], "{:,.0f}"),
+                _num(m["saving_calls_per_task"], "{:+,.2f}"), _num(m["saving_tokens_per_task"], "{:+,.0f}"),
+                breakeven.fmt_tasks(m["break_even_calls"]) + " / " + breakeven.fmt_tasks(m["break_even_tokens"]),
+            ])
+        note = (f"{breakeven.DEFINITION}. Baseline per task: {_num(base['answer_calls_per_task'], '{:,.2f}')} calls, "
+                f"{_num(base['answer_tokens_per_task'], '{:,.0f}')} tokens; build per artifact: "
+                f"{_num(base['build_calls'])} calls.")
+        tables.append(Table(title, ["method", "artifacts", "build calls / artifact", "build tokens / artifact",
+                                    "answer calls / task", "answer tokens / task", "saving calls / task",
+                                    "saving tokens / task", "break-even tasks (calls / tokens)"], rows, note))
+    return tables
+
+
+# -- prequential ------------------------------------------------------------------------------------
+
+
+def _checkpoints(n: int, starts: list[int], most: int = 12) -> list[int]:
+    """Positions (1-based) shown in the curve table: block ends, the end, and evenly spaced fill."""
+    marks = {s for s in starts if 0 < s <= n} | {n}
+    if len(marks) < most:
+        marks |= {max(1, round(n * k / most)) for k in range(1, most + 1)}
+    return sorted(m for m in marks if 1 <= m <= n)[-most * 2:]
+
+
+def prequential_tables(result: dict[str, Any]) -> list[Table]:
+    ms = [m for m in result["methods"] if m.get("online") is not None]
+    summary = [[_safe(m["method"]), _safe(m["mode"]), _pct(m["online"]), _pct(m["stateless"]),
+                f"{m['gain_pp']:+.1f}", _p(m.get("p_value")),
+                sparkline([c["online"] for c in m["curve"]]) + " / " + sparkline([c["stateless"] for c in m["curve"]])]
+               for m in ms]
+    s = result.get("settings", {})
+    blocks = f"blocks of {s['block_size']} tasks" if s.get("block_size") else f"{s.get('blocks')} blocks per stream"
+    tables = [Table(
+        "Prequential (online) evaluation", ["method", "learning", "online %", "stateless %", "gain (pp)", "p",
+                                            "curve online / stateless"], summary,
+        f"Each test task is answered before the method learns from it ({blocks}, stream order seed "
+        f"{s.get('seed')}); stateless = the method's artifact learned from no task. Gain: online - stateless "
+        "(leaderboard aggregation), paired test on the same tasks. Curves: cumulative mean score along the stream.")]
+    if ms:
+        n = min(len(m["curve"]) for m in ms)
+        starts = sorted({x for m in ms for x in m.get("block_starts", [])})
+        header = ["after n tasks"] + [f"{_safe(m['method'])} online / stateless %" for m in ms]
+        rows = [[str(k)] + [f"{_pct(m['curve'][k - 1]['online'])} / {_pct(m['curve'][k - 1]['stateless'])}"
+                            for m in ms] for k in _checkpoints(n, starts)]
+        tables.append(Table("Prequential curve: cumulative accuracy %", header, rows,
+                            "Mean over (source, seed) streams of the cumulative mean score after n tasks; learning "
+                            f"points (tasks learned from) at {', '.join(str(x) for x in starts) or NA}."))
+    return tables
+
+
+# -- harmful entries --------------------------------------------------------------------------------
+
+
+def harmful_tables(result: dict[str, Any]) -> list[Table]:
+    rows, flagged = [], []
+    for m in result["methods"]:
+        if m["status"] in ("no entries", "not learned"):
+            rows.append([_safe(m["method"]), m["status"]] + [NA] * 6)
+            continue
+        n_art = sum(1 for a in m["artifacts"] if a.get("status") == "ok")
+        rate = _pct(m["rate"]) if m.get("rate") is not None else f"{NA} ({_safe(m['status'])})"
+        rows.append([_safe(m["method"]), _safe(m.get("entry_kind")), str(n_art), str(m["n_entries"]),
+                     str(m["n_exposed"]), str(m["n_evaluated"]), str(m["n_harmful"]), rate])
+        for a in m["artifacts"]:
+            for e in a.get("entries", []):
+                if e["harmful"]:
+                    flagged.append([_safe(m["method"]), _safe(a["source"]), str(a["seed"]), _safe(e["text"][:160]),
+                                    str(e["n_tasks"]), _pct(e["with_mean"]), _pct(e["without_mean"]),
+                                    _p(e["p_value"])])
+    s = result.get("settings", {})
+    tables = [Table("Harmful entries (leave-one-out)", ["method", "entry", "artifacts", "entries", "exposed",
+                                                        "evaluated", "harmful", "harmful rate %"], rows,
+                    f"{result['criterion']} (alpha {s.get('alpha')}, {s.get('repeats')} repeat(s), at most "
+                    f"{s.get('max_entries') or 'all'} evaluated entries per artifact, seeded). Exposed: shown in "
+                    "the prompt of at least one test task.")]
+    if flagged:
+        tables.append(Table("Harmful entries flagged", ["method", "source", "seed", "entry", "tasks",
+                                                        "with %", "without %", "p"], flagged))
+    return tables
+
+
+# -- dispatch ---------------------------------------------------------------------------------------
+
+TITLES = {"key-overlap": "Protocol: key-overlap groups", "break-even": "Protocol: break-even",
+          "prequential": "Protocol: prequential evaluation", "harmful": "Protocol: harmful entries"}
+
+
+def stored(run_dir: Path, name: str) -> dict[str, Any] | None:
+    path = Path(run_dir) / "protocols" / f"{name}.json"
+    return read_json(path) if path.exists() else None
+
+
+def _missing(name: str, run_dir: Path) -> list[Table]:
+    return [Table(f"{name}: status", ["status"], [["not computed"]],
+                  f"This protocol needs model calls: run `sourcebench protocol {name} {_safe(run_dir)}` first.")]
+
+
+def tables_for(name: str, data: RunData, baseline: str, data_dir: Path | None) -> list[Table]:
+    if name == "key-overlap":
+        try:
+            return key_overlap_tables(keyoverlap.compute(data, baseline=baseline, data_dir=data_dir))
+        except SourceBenchError as e:
+            return [_unavailable(TITLES[name], {"reason": str(e)})]
+    if name == "break-even":
+        return break_even_tables(breakeven.compute(data, baseline=baseline))
+    result = stored(data.run_dir, name)
+    if result is None:
+        return _missing(name, data.run_dir)
+    return prequential_tables(result) if name == "prequential" else harmful_tables(result)
+
+
+def protocol_sections(data: RunData, names: list[str], baseline: str = "hybrid_rag",
+                      data_dir: Path | None = None) -> list[tuple[str, list[Table]]]:
+    """(section title, tables) for each requested protocol, in the order given."""
+    return [(TITLES[n], tables_for(n, data, baseline, data_dir)) for n in names]

@@ -1,0 +1,461 @@
+"""``sourcebench reproduce CONFIG``: run every cell an experiment config needs, then write every table
+and figure of the paper from the results.
+
+Per (backend, benchmark) there is one run folder, ``<output>/<backend>/<benchmark>``, driven by the
+ordinary runner (``harness.runner``), so an interrupted reproduction resumes and a finished one
+makes no model call. In each folder:
+
+1. every method variant the enabled tables need runs (``reports.plan``), variants under an alias;
+2. then the budget-matched counterparts of Table 2, which read the reference's per-task prompt sizes
+   (they wait until the reference has scored every task the folder's other methods scored);
+3. then the derived data: regions (Table 5), cycle statistics (Table 6), the SourceLearn audits
+   (Tables 3-4, Figure 4) through the run's judge model (cached, counted under method ``audit``).
+
+A method that is not available (registered but not importable, or without the setting a table
+needs) or a benchmark whose adapter or data is missing is "not run", with the reason, and the rest
+goes on; an error (unreachable model, bad option) is "failed" and makes the command exit 1 after
+the report is written. ``reproduce-<config>.json`` records the status of every cell.
+
+Configs that share an output root share run folders, so they must agree on the settings of each
+method name; a folder that already holds a method under other settings is refused ("failed"),
+never silently mixed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from harness.errors import SourceBenchError
+from harness.io import atomic_write_json, atomic_write_text
+
+from .config import Backend, BenchmarkEntry, ExperimentConfig, load_config
+from .grid import ReportTable, stats_table
+from .plan import STAGE_METHODS, FolderPlan, Variant, cycles_variant, plan, resolve_method
+from .results import FAILED, NOT_RUN, RAN, Results, cell_key, report_dir, status_path
+
+# ------------------------------------------------------------------------------------ variants
+
+def variant_class(base_cls: type, v: Variant, learn_config: dict[str, Any] | None) -> type:
+    """A subclass of the method stored under the variant's alias; a task-time variant learns with
+    ``learn_config`` (the base settings), so its artifact equals the base one (cached calls)."""
+    attrs: dict[str, Any] = {"name": v.alias, "__module__": base_cls.__module__,
+                             "__qualname__": f"{base_cls.__qualname__}[{v.alias}]"}
+    if learn_config is not None:
+        async def learn(self, source, guidance, ctx):
+            return await base_cls(learn_config).learn(source, guidance, ctx)
+
+        attrs["learn"] = learn
+    return type(f"{base_cls.__name__}Variant", (base_cls,), attrs)
+
+
+class _Handle:
+    """Entry-point-like handle for a class: the registry resolves anything with ``load()`` by calling it,
+    which a Method class (whose ``load`` is the artifact loader) cannot be registered as directly."""
+
+    def __init__(self, cls: type):
+        self.cls = cls
+
+    def load(self) -> type:
+        return self.cls
+
+
+@contextlib.contextmanager
+def registered(classes: dict[str, type]) -> Iterator[None]:
+    """Register alias classes for one runner call, and remove them afterwards (process-local)."""
+    from harness import registry
+
+    extra = registry._EXTRA[registry.METHOD_GROUP]  # the run-time table behind register_method
+    saved = {k: extra[k] for k in classes if k in extra}
+    for k, cls in classes.items():
+        registry.register_method(k, _Handle(cls))
+    try:
+        yield
+    finally:
+        for k in classes:
+            extra.pop(k, None)
+        extra.update(saved)
+
+
+@contextlib.contextmanager
+def backend_env(backend: Backend) -> Iterator[None]:
+    """Set a backend's endpoint variables while it runs."""
+    old = {k: os.environ.get(k) for k in backend.env}
+    os.environ.update(backend.env)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+# ------------------------------------------------------------------------------------- driver
+
+class Reproduction:
+    def __init__(self, cfg: ExperimentConfig, root: Path, console: Any = None, limit: int | None = None,
+                 only: set[str] | None = None):
+        self.cfg = cfg
+        self.root = Path(root)
+        self.console = console
+        self.limit = limit
+        self.only = only
+        self.status: dict[str, Any] = {"config": cfg.name, "cells": {}, "derived": {}}
+        path = status_path(self.root, cfg.name)
+        if only and path.is_file():  # a partial run keeps the status of the cells it does not touch
+            from harness.io import read_json
+
+            old = read_json(path)
+            self.status["cells"].update(old.get("cells") or {})
+            self.status["derived"].update(old.get("derived") or {})
+        self.failed = False
+
+    def log(self, msg: str) -> None:
+        if self.console is not None:
+            self.console.print(msg)
+
+    def _set(self, b: str, bn: str, alias: str, status: str, reason: str = "", **kw: Any) -> None:
+        self.status["cells"][cell_key(b, bn, alias)] = {"status": status, "reason": reason, **kw}
+        self.failed |= status == FAILED
+
+    def _step(self, b: str, bn: str, step: str, status: str, reason: str = "") -> None:
+        self.status["derived"][cell_key(b, bn, step)] = {"status": status, "reason": reason}
+        self.failed |= status == FAILED
+
+    def save_status(self) -> None:
+        self.status["updated"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        atomic_write_json(status_path(self.root, self.cfg.name), self.status)
+
+    # -- availability ------------------------------------------------------------------------------
+    def _benchmark(self, bench: BenchmarkEntry) -> tuple[Any | None, str, str]:
+        """(benchmark object, status, reason): not run when the adapter or its data is missing."""
+        from harness.registry import benchmark_names, get_benchmark_class
+
+        if bench.registered not in benchmark_names():
+            return None, NOT_RUN, f"benchmark {bench.registered} is not registered"
+        try:
+            cls = get_benchmark_class(bench.registered)
+        except Exception as e:  # noqa: BLE001 - an adapter module missing or broken: not run, with why
+            return None, NOT_RUN, f"benchmark {bench.registered} is not available ({type(e).__name__}: {e})"
+        data_dir = Path(self.cfg.data_dir) if self.cfg.data_dir else None
+        try:
+            obj = cls(data_dir=data_dir, options=bench.options)
+        except SourceBenchError as e:
+            return None, FAILED, str(e)
+        st = obj.data_status()
+        if not st.present:
+            return None, NOT_RUN, f"data unavailable: {st.detail}"
+        return obj, RAN, ""
+
+    def _variant(self, v: Variant) -> tuple[type | None, dict[str, Any], str]:
+        """(class to register or None for a native method, config, reason it cannot run)."""
+        cls, why = resolve_method(v.method)
+        if cls is None:
+            return None, {}, why
+        config = v.config(self.cfg)
+        if v.matched_to:
+            config["match_context_file"] = "matched.json"  # the real path is known once the reference has run
+        try:
+            cls(config)
+        except ValidationError as e:
+            bad = "; ".join(f"{'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()[:3])
+            return None, {}, f"{v.method} does not support this variant's settings ({bad})"
+        except Exception as e:  # noqa: BLE001 - a method's own config checks may raise anything
+            return None, {}, f"{v.method}: invalid config ({type(e).__name__}: {e})"
+        if v.is_native:
+            return None, config, ""
+        learn = v.learn_config(self.cfg) if (v.task_time or v.matched_to) else None
+        return variant_class(cls, v, learn), config, ""
+
+    # -- one folder ---------------------------------------------------------------------------------
+    def run_config(self, backend: Backend, bench: BenchmarkEntry, folder: Path, methods: list[str],
+                   configs: dict[str, dict[str, Any]]):
+        from harness.runner import RunConfig
+
+        return RunConfig(
+            benchmark=bench.registered, methods=methods, model=backend.model, out=folder,
+            judge_model=backend.judge_model, seeds=list(self.cfg.seeds),
+            limit=self.limit or bench.limit or self.cfg.limit,
+            guidance_limit=bench.guidance_limit or self.cfg.guidance_limit, sources=bench.sources,
+            data_dir=Path(self.cfg.data_dir) if self.cfg.data_dir else None, options=dict(bench.options),
+            method_configs=configs, embedder=backend.embedder or self.cfg.embedder, max_tokens=backend.max_tokens,
+            temperature=backend.temperature, context_window=backend.context_window,
+            max_samples=backend.max_samples, display="none", write_report=True)
+
+    def _run(self, backend: Backend, bench: BenchmarkEntry, folder: Path, todo: list[tuple[Variant, type | None,
+             dict[str, Any]]]) -> None:
+        from harness.runner import Runner
+
+        if not todo:
+            return
+        names = [v.alias for v, _, _ in todo]
+        self.log(f"[bold]{backend.id} / {bench.id}[/]: {', '.join(names)}")
+        classes = {v.alias: cls for v, cls, _ in todo if cls is not None}
+        try:
+            with registered(classes):
+                Runner(self.run_config(backend, bench, folder, names, {v.alias: c for v, _, c in todo}),
+                       console=self.console).run()
+        except SourceBenchError as e:
+            for n in names:
+                self._set(backend.id, bench.id, n, FAILED, str(e))
+            return
+        except Exception as e:  # noqa: BLE001 - a bug in one folder must not lose the others; exit 1
+            for n in names:
+                self._set(backend.id, bench.id, n, FAILED, f"{type(e).__name__}: {e}")
+            return
+        self._count(backend, bench, folder, names)
+
+    def _count(self, backend: Backend, bench: BenchmarkEntry, folder: Path, names: list[str]) -> None:
+        from .leaderboard import load_run
+
+        rows = load_run(folder).results
+        for n in names:
+            k = sum(1 for r in rows if r["method"] == n)
+            failed = sum(1 for r in rows if r["method"] == n and r.get("failed"))
+            if k == 0:
+                self._set(backend.id, bench.id, n, FAILED, "no test task was scored (see the inspect logs)", rows=0)
+                continue
+            self._set(backend.id, bench.id, n, RAN, f"{failed} scored failure(s)" if failed else "", rows=k)
+
+    def run_folder(self, fp: FolderPlan) -> None:
+        backend, bench = self.cfg.backend(fp.backend), self.cfg.benchmark(fp.benchmark)
+        folder = self.root / backend.id / bench.id
+        obj, st, why = self._benchmark(bench)
+        if obj is None:
+            for v in fp.variants:
+                self._set(backend.id, bench.id, v.alias, st, why)
+            self.log(f"[yellow]{backend.id} / {bench.id}: {st}: {why}[/]")
+            return
+        first, second = [], []
+        recorded = _recorded_configs(folder)
+        for v in fp.variants:
+            cls, config, why = self._variant(v)
+            if why:
+                self._set(backend.id, bench.id, v.alias, NOT_RUN, why)
+                continue
+            clash = _clash(recorded.get(v.alias), (cls or resolve_method(v.method)[0]), config)
+            if clash:
+                self._set(backend.id, bench.id, v.alias, FAILED, f"{folder} already holds {v.alias} run with other "
+                          f"settings ({clash}); use another output root or the same method settings")
+                continue
+            (second if v.matched_to else first).append((v, cls, config))
+        self._run(backend, bench, folder, first)
+        self._matched(backend, bench, folder, second)
+        self.derive(fp, backend, bench, obj, folder)
+
+    def _matched(self, backend: Backend, bench: BenchmarkEntry, folder: Path, todo: list) -> None:
+        from .derive import write_matched
+
+        ready = []
+        for v, cls, config in todo:
+            ref = v.matched_to
+            st = self.status["cells"].get(cell_key(backend.id, bench.id, ref), {})
+            if st.get("status") != RAN:
+                self._set(backend.id, bench.id, v.alias, NOT_RUN, f"needs {ref}, which did not run "
+                          f"({st.get('reason') or st.get('status') or 'not planned'})")
+                continue
+            path, missing = write_matched(folder, ref)
+            if missing:
+                self._set(backend.id, bench.id, v.alias, NOT_RUN, f"{ref} has not scored {missing} task(s) the "
+                          "other methods scored; re-run reproduce once it has")
+                continue
+            ready.append((v, cls, {**config, "match_context_file": str(path)}))
+        self._run(backend, bench, folder, ready)
+
+    # -- derived data -------------------------------------------------------------------------------
+    def derive(self, fp: FolderPlan, backend: Backend, bench: BenchmarkEntry, obj: Any, folder: Path) -> None:
+        from .derive import derive_cycles, derive_regions
+
+        tabs = self.cfg.tables
+        if not (folder / "results.jsonl").is_file():
+            return
+        with backend_env(backend):
+            if "table5" in fp.tables:
+                self._guard(backend, bench, "regions", lambda: derive_regions(
+                    folder, obj, backend.embedder or self.cfg.embedder, tabs.table5.anchor_k,
+                    bench.guidance_limit or self.cfg.guidance_limit))
+            if "table6" in fp.tables:
+                t6 = tabs.table6
+                aliases = {c: cycles_variant(self.cfg, t6.method, t6.m0_method, c).alias for c in t6.cycles}
+                self._guard(backend, bench, "cycles", lambda: derive_cycles(folder, aliases))
+            audits: list[tuple[str, dict[str, Any]]] = []
+            if "figure4" in fp.tables:
+                f4 = tabs.figure4
+                common = {"stages": f4.stages, "sources": f4.sources, "seed": f4.seed}
+                audits += [("kinds", common), ("conditions", common),
+                           ("coverage", {**common, "max_tasks": f4.coverage_max_tasks})]
+            for tid, name in (("table3", "grounding"), ("table4", "preservation")):
+                if tid in fp.tables:
+                    t = getattr(tabs, tid)
+                    audits.append((name, {"stages": t.stages, "sources": t.sources, "seed": t.seed,
+                                          "sample": t.sample}))
+            for name, opts in audits:
+                self._guard(backend, bench, f"audit-{name}", lambda n=name, o=opts: self.audit(backend, folder, n, o))
+
+    def _guard(self, backend: Backend, bench: BenchmarkEntry, step: str, fn) -> None:
+        try:
+            fn()
+        except _NotRunnable as e:
+            self._step(backend.id, bench.id, step, NOT_RUN, str(e))
+        except SourceBenchError as e:
+            self._step(backend.id, bench.id, step, FAILED, str(e))
+        except Exception as e:  # noqa: BLE001 - recorded as failed (exit 1), the other steps go on
+            self._step(backend.id, bench.id, step, FAILED, f"{type(e).__name__}: {e}")
+        else:
+            self._step(backend.id, bench.id, step, RAN)
+
+    def audit(self, backend: Backend, folder: Path, name: str, opts: dict[str, Any]) -> None:
+        """One SourceLearn audit (``sourcebench audit NAME``) on the folder's saved models."""
+        from methods.sourcelearn import audit as A
+        from methods.sourcelearn import audit_cli
+
+        rm = A.load_run(folder)
+        have = rm.source_ids()
+        stages = [s for s in opts["stages"] if s in {m.stage for m in rm.models}]
+        if not have or not stages:
+            raise _NotRunnable("no SourceLearn model of the requested stages in this folder "
+                               f"(needs {', '.join(STAGE_METHODS.get(s, s) for s in opts['stages'])})")
+        sources = [s for s in have if not opts.get("sources") or s in opts["sources"]]
+        if not sources:
+            raise _NotRunnable(f"none of the sources {', '.join(opts['sources'])} has a SourceLearn model here")
+        args = argparse.Namespace(
+            audit_cmd=name, run_dir=folder, stages=",".join(opts["stages"]), sources=",".join(sources),
+            judge_model=backend.judge_model, data_dir=Path(self.cfg.data_dir) if self.cfg.data_dir else None,
+            sample=opts.get("sample", 50), seed=opts.get("seed", 0), max_tasks=opts.get("max_tasks"),
+            budget_tokens=None, concurrency=4)
+        audit_cli.run(args)
+
+    # -- everything ---------------------------------------------------------------------------------
+    def run(self, render_only: bool = False) -> dict[str, Path]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        if not render_only:
+            for fp in plan(self.cfg, self.only):
+                backend = self.cfg.backend(fp.backend)
+                with backend_env(backend):
+                    self.run_folder(fp)
+                self.save_status()
+        return write_reports(self.cfg, self.root)
+
+
+def _recorded_configs(folder: Path) -> dict[str, dict[str, Any]]:
+    """method name -> the config it last ran with in this run folder (from run.json)."""
+    from harness.io import read_json
+
+    path = folder / "run.json"
+    run = read_json(path) if path.is_file() else {}
+    return {m["name"]: m.get("config") or {} for m in run.get("methods") or [] if isinstance(m, dict) and "name" in m}
+
+
+def _clash(recorded: dict[str, Any] | None, cls: Any, config: dict[str, Any]) -> str:
+    """The settings that differ from those a folder's rows were produced with ("" when none)."""
+    if recorded is None or cls is None:
+        return ""
+    try:
+        now = cls.Config(**config).model_dump()
+    except ValidationError:  # an invalid config is reported by the variant check
+        return ""
+    keys = sorted(k for k in set(now) | set(recorded) if k != "match_context_file" and now.get(k) != recorded.get(k))
+    return ", ".join(f"{k}: {recorded.get(k)!r} there, {now.get(k)!r} here" for k in keys[:3])
+
+
+class _NotRunnable(Exception):
+    """A derived step whose inputs are absent (e.g. no SourceLearn model): 'not run', not an error."""
+
+
+# ------------------------------------------------------------------------------------- outputs
+
+def write_reports(cfg: ExperimentConfig, root: Path) -> dict[str, Path]:
+    """Every table as .md/.csv/.tex/.html, figures as PNG, report.md and the self-contained index.html."""
+    from .figures import render_figures
+    from .html import render_report
+    from .render import to_csv, to_html, to_latex, to_markdown
+    from .tables import build_all
+
+    out = report_dir(root, cfg.name)
+    res = Results(cfg, root)
+    built = build_all(res)
+    figures = render_figures(built)
+    paths: dict[str, Path] = {}
+    md_parts = [f"# SourceBench reproduction: {cfg.name}", ""]
+    for tid, tables in built.items():
+        for t in tables:
+            extra = [st for st in [stats_table(t)] if st is not None]
+            for tab in [t] + extra:
+                for ext, fn in (("md", to_markdown), ("csv", to_csv), ("tex", to_latex), ("html", to_html)):
+                    p = out / f"{tab.id}.{ext}"
+                    atomic_write_text(p, fn(tab))
+                    paths[f"{tab.id}.{ext}"] = p
+                md_parts.append(to_markdown(tab))
+        md_parts += [f"![{n}]({n})" for n in figures if n.startswith(tid + "_")] + [""]
+    for name, png in figures.items():
+        p = out / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(png)
+        paths[name] = p
+    atomic_write_text(out / "report.md", "\n".join(md_parts))
+    paths["report.md"] = out / "report.md"
+    atomic_write_text(out / "index.html", render_report(cfg, res, built, figures, out))
+    paths["index.html"] = out / "index.html"
+    return paths
+
+
+# ----------------------------------------------------------------------------------------- CLI
+
+EPILOG = """examples:
+  sourcebench reproduce configs/small.yaml                      # PhantomWiki + APIBench TorchHub on SmolLM2
+  sourcebench reproduce configs/table1.yaml --out runs/paper    # every cell of Table 1, then the report
+  sourcebench reproduce configs/table1.yaml --render-only       # rewrite the tables from finished runs
+
+Cells reuse finished results: re-running a config only runs what is missing."""
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("reproduce", help="run an experiment config and write every paper table and figure",
+                              description=__doc__, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("config", type=Path, help="experiment config (YAML or TOML), e.g. configs/small.yaml")
+    p.add_argument("--out", type=Path, help="output root (default: the config's output)")
+    p.add_argument("--limit", type=int, help="test tasks per source and seed, overriding the config")
+    p.add_argument("--only", help="comma-separated tables/figures whose cells to run (default: every enabled one); "
+                   "the report always covers every enabled table")
+    p.add_argument("--render-only", action="store_true", help="write the reports from existing results; run nothing")
+    return p
+
+
+def main(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    cfg = load_config(args.config)
+    only = {x.strip() for x in args.only.split(",") if x.strip()} if args.only else None
+    unknown = sorted((only or set()) - set(cfg.tables.enabled()))
+    if unknown:
+        from harness.errors import ConfigError
+
+        raise ConfigError(f"--only: {', '.join(unknown)} not enabled in {args.config} "
+                          f"(enabled: {', '.join(cfg.tables.enabled())})")
+    if args.limit is not None and args.limit <= 0:
+        from harness.errors import ConfigError
+
+        raise ConfigError(f"--limit {args.limit}: expected a positive integer")
+    root = args.out or Path(cfg.output)
+    console = Console(highlight=False)
+    t0 = time.time()
+    rep = Reproduction(cfg, root, console=console, limit=args.limit, only=only)
+    paths = rep.run(render_only=args.render_only)
+    console.print(f"report: {paths['index.html']} (tables in {paths['index.html'].parent}); "
+                  f"{time.time() - t0:.0f} s")
+    if rep.failed:
+        console.print(f"[red]some cells failed; see {status_path(root, cfg.name)}[/]")
+        return 1
+    return 0
+
+
+__all__ = ["ReportTable", "Reproduction", "add_parser", "main", "write_reports"]

@@ -1,0 +1,112 @@
+"""NarrativeQA loader on fixture rows in the Hugging Face row format (JSON lines and parquet)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from adapters import availability
+from adapters.narrativeqa import PAPER_STORIES, NarrativeQA, drop_near_duplicates, story_text
+from harness.data import Task
+from harness.errors import DataError
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+MOVIE, BOOK = PAPER_STORIES["breakfast_club"][0], PAPER_STORIES["call_of_the_wild"][0]
+
+
+def bench(**opts) -> NarrativeQA:
+    return NarrativeQA(data_dir=FIXTURES, options=opts)
+
+
+def rows() -> list[dict]:
+    return [json.loads(line) for line in (FIXTURES / "narrativeqa" / "narrativeqa_test.jsonl").read_text().splitlines()]
+
+
+def test_paper_stories_only_by_default():
+    b = bench()
+    # the fixture holds two of the paper's twelve stories and one other story, which is not used
+    assert b.source_ids() == ["breakfast_club", "call_of_the_wild"]
+    assert len(PAPER_STORIES) == 12 and len({d for d, _, _ in PAPER_STORIES.values()}) == 12
+    other = NarrativeQA(data_dir=FIXTURES, options={"stories": "ffffffffffffffffffffffffffffffffffffffff"})
+    assert other.source_ids() == ["ffffffffffffffffffffffffffffffffffffffff"]
+
+
+def test_script_is_read_in_full_and_split_into_scenes():
+    src = bench().load_source("breakfast_club")
+    ids = [e.id for e in src.elements]
+    assert ids[1:] == ["breakfast_club#int-school-library---morning", "breakfast_club#ext-school-parking-lot---noon",
+                       "breakfast_club#int-school-library---afternoon"]
+    text = "\n".join(e.text for e in src.elements)
+    # the web page around the script is gone: no tags, no style sheet, nothing after the end marker
+    assert "<" not in text and "color: black" not in text and "Copyright notice" not in text
+    assert "Advertisement" not in text and text.rstrip().endswith("THE END")
+    assert "Pepper" in src.element("breakfast_club#int-school-library---afternoon").text
+    assert src.metadata["document_id"] == MOVIE and src.metadata["kind"] == "movie"
+
+
+def test_book_is_cut_to_its_markers_and_split_into_chapters():
+    src = bench().load_source("call_of_the_wild")
+    assert [e.id for e in src.elements] == ["call_of_the_wild#chapter-i", "call_of_the_wild#chapter-ii",
+                                            "call_of_the_wild#chapter-iii"]
+    text = "\n".join(e.text for e in src.elements)
+    assert "Project Gutenberg" not in text and "START OF THIS" not in text and "END OF THIS" not in text
+
+
+def test_tasks_keep_both_answers_and_drop_near_duplicates():
+    tasks = bench().load_tasks("breakfast_club")
+    qs = [t.question for t in tasks]
+    assert qs == ["What is the name of the dog the students hide?", "Who writes the essay for the group?",
+                  "What did the janitor once want to be?"]
+    essay = tasks[1]
+    assert essay.reference == ["Mara", "Mara writes it"]
+    assert len(essay.metadata["near_duplicates"]) == 1
+    book = bench().load_tasks("call_of_the_wild")
+    assert len(book) == 3  # the very same question appears twice in the rows
+    assert all(len(t.reference) == 2 and t.group == t.id for t in book + tasks)
+
+
+def test_near_duplicates_need_similar_questions_and_overlapping_answers():
+    def t(i, q, a):
+        return Task(id=i, source_id="s", question=q, reference=a)
+
+    kept = drop_near_duplicates([
+        t("1", "Who is Mara's father?", ["Tom"]),
+        t("2", "Who is Mara's mother?", ["Ann"]),  # similar wording, different answer: kept
+        t("3", "Who is the father of Mara?", ["Tom"]),  # same question reworded, same answer: dropped
+    ])
+    assert [k.id for k in kept] == ["1", "2"] and kept[0].metadata["near_duplicates"] == ["3"]
+
+
+def test_story_markers_absent_keep_the_whole_text():
+    assert story_text({"text": "Plain story.", "start": "", "end": ""}) == "Plain story."
+    assert story_text({"text": "Head. Story starts. Story ends. Foot.", "start": "Story starts",
+                       "end": "Story ends."}) == "Story starts. Story ends."
+
+
+def test_parquet_files_in_the_data_folder(tmp_path):
+    import datasets
+
+    folder = tmp_path / "narrativeqa"
+    folder.mkdir()
+    datasets.Dataset.from_list(rows()).to_parquet(str(folder / "test-00000-of-00001.parquet"))
+    b = NarrativeQA(data_dir=tmp_path)
+    assert b.source_ids() == ["breakfast_club", "call_of_the_wild"]
+    assert [t.id for t in b.load_tasks("call_of_the_wild")] == [t.id for t in bench().load_tasks("call_of_the_wild")]
+    assert [e.id for e in b.load_source("breakfast_club").elements] == \
+           [e.id for e in bench().load_source("breakfast_club").elements]
+
+
+def test_offline_without_files_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(availability, "hub_reachable", lambda timeout=3.0: "huggingface.co cannot be resolved")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_DATASETS_OFFLINE", raising=False)
+    b = NarrativeQA(data_dir=tmp_path)
+    with pytest.raises(DataError, match=r"deepmind/narrativeqa@2e643e7.*not available offline.*--data-dir"):
+        b.source_ids()
+    st = b.data_status()
+    assert st.state == "missing" and "not available offline" in st.detail
+
+
+def test_unknown_story_is_a_data_error():
+    with pytest.raises(DataError, match="story 'persuasion' is not in"):
+        bench().load_source("persuasion")

@@ -1,0 +1,533 @@
+"""The evaluation protocols (key-overlap, break-even, prequential, harmful entries) as report options.
+
+Pure parts are checked on hand-built inputs with hand-computed numbers; the model-calling protocols
+run on a real run folder made by the Runner over a toy benchmark with the scripted model, with toy
+methods whose behaviour makes the expected verdicts exact: one note that makes every answer wrong
+(harmful), one note never shown (not evaluated), and learners that can only answer a topic after
+having learned from a task about it (prequential: answered before learned from).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from adapters.base import Benchmark
+from adapters.phantomwiki import gold_path
+from harness.cli import main
+from harness.data import Answer, Element, Score, Source, Split, Task
+from harness.errors import ConfigError
+from harness.method import Context, LearnContext, Method
+from harness.providers import scripted
+from harness.registry import register_benchmark, register_method
+from harness.runner import RunConfig, Runner
+from reports.leaderboard import load_run, write_report
+from reports.protocols import breakeven, keyoverlap, parse_protocols
+from reports.protocols import compute as compute_protocol
+from reports.protocols.entries import Entry, entry_access
+from reports.protocols.harmful import HarmfulSettings, judge_entry, sample_entries
+from reports.protocols.prequential import PrequentialSettings, block_bounds, cumulative, stream_order
+from reports.protocols.render import sparkline
+from reports.protocols.session import Plan
+
+# ------------------------------------------------------------------------------------------ toy world
+
+TOPICS = {"red": "crimson", "blue": "navy", "green": "olive"}
+SOURCE = Source(id="boxes", kind="documents", description="a warehouse of coloured boxes", elements=[
+    Element(id=f"{t}#about", title=f"{t.capitalize()} box", text=f"The {t} box is painted {c}.",
+            metadata={"entity": t}) for t, c in TOPICS.items()
+])
+
+
+def _task(i: int, topic: str, path: list[list[str]]) -> Task:
+    return Task(id=f"q{i:02d}", source_id="boxes", question=f"Which paint is on the {topic} box (case {i})?",
+                reference=TOPICS[topic], group=f"g{i}", metadata={"topic": topic, "gold_path": path})
+
+
+# Guidance tasks name keys A, B, C; test tasks cover both / one / none of their two keys.
+GUIDANCE = [_task(0, "green", [["A"], ["B"]]), _task(1, "green", [["C"], ["C"]])]
+TEST = [
+    _task(2, "red", [["A"], ["x"], ["C"]]),       # both keys covered
+    _task(3, "red", [["B"], ["Z"]]),              # one
+    _task(4, "blue", [["Y"], ["Z"]]),             # none
+    _task(5, "blue", [["A", "B"], ["C"]]),        # both (a key of two people, both covered)
+    _task(6, "red", [["A", "Q"], ["C"]]),         # one (Q never a guidance key)
+    _task(7, "blue", [["C"]]),                    # single key, covered: both
+]
+
+
+class ToyBoxes(Benchmark):
+    """One source, a fixed split (guidance q00-q01, test q02-q07), exact-match scoring."""
+
+    name = "toyboxes"
+    scorer_name = "exact"
+
+    def source_ids(self) -> list[str]:
+        return ["boxes"]
+
+    def load_source(self, source_id: str) -> Source:
+        return SOURCE
+
+    def load_tasks(self, source_id: str) -> list[Task]:
+        return GUIDANCE + TEST
+
+    def make_splits(self, source: Source, tasks: list[Task], seeds: list[int]) -> list[Split]:
+        return [Split(benchmark=self.name, source_id=source.id, seed=s, guidance_ids=[t.id for t in GUIDANCE],
+                      test_ids=[t.id for t in TEST], mode="official",
+                      item_hashes={t.id: t.item_hash for t in tasks}) for s in seeds]
+
+    async def score(self, task: Task, answer: Answer, judge=None) -> Score:
+        ok = answer.text.strip().lower() == str(task.reference)
+        return Score(value=float(ok), correct=ok, judge=self.scorer_name)
+
+
+def topic_of(text: str) -> str:
+    return next(t for t in TOPICS if f"the {t} box (case" in text)
+
+
+NOTES = [  # (id, topic it is shown for, text); "*" = every task
+    ("n-red", "red", "NOTE red boxes are stored on the left."),
+    ("n-bad", "*", "NOTE-BAD every box is painted beige."),
+    ("n-green", "green", "NOTE green boxes are stored upstairs."),  # no test task asks about green
+]
+
+
+class ToyNotes(Method):
+    """A fixed artifact of three notes, shown to a task when their topic matches; entry hooks."""
+
+    name = "toy_notes"
+    uses_guidance = False
+
+    async def learn(self, source, guidance, ctx: LearnContext) -> dict[str, Any]:
+        (ctx.workdir / "notes.json").write_text(json.dumps(NOTES))
+        return {"n_notes": len(NOTES)}
+
+    def load(self, artifact_dir: Path, ctx: Context) -> list[tuple[str, str, str]]:
+        return [tuple(n) for n in json.loads((artifact_dir / "notes.json").read_text())]
+
+    async def answer(self, task: Task, state, ctx: Context) -> Answer:
+        topic = task.metadata["topic"]
+        notes = "\n".join(["Warehouse notes:"] + [text for _, t, text in state if t in ("*", topic)])
+        return await ctx.solve(task, [], notes=notes)
+
+    def entries(self, state) -> list[tuple[str, str]]:
+        return [(i, text) for i, _, text in state]
+
+    def without(self, state, entry_id: str):
+        return [n for n in state if n[0] != entry_id]
+
+
+class ToyReported(ToyNotes):
+    """The same notes, with entry texts that never occur in a prompt: exposure comes from the answer's
+    ``entries_used`` (as an agent method that reaches entries through tools reports it)."""
+
+    name = "toy_reported"
+
+    async def answer(self, task: Task, state, ctx: Context) -> Answer:
+        ans = await super().answer(task, state, ctx)
+        ans.metadata["entries_used"] = [i for i, t, _ in state if t in ("*", task.metadata["topic"])]
+        return ans
+
+    def entries(self, state) -> list[tuple[str, str]]:
+        return [(i, f"<entry {i}>") for i, _, _ in state]
+
+
+class ToyLearner(Method):
+    """Learns each topic's paint from the tasks it is given (their references); stateless otherwise."""
+
+    name = "toy_learner"
+    uses_guidance = True
+    learn_calls: ClassVar[list[list[str]]] = []
+
+    async def learn(self, source, guidance, ctx: LearnContext) -> dict[str, Any]:
+        ToyLearner.learn_calls.append([t.id for t in guidance])
+        memo = {t.metadata["topic"]: str(t.reference) for t in guidance}
+        (ctx.workdir / "memo.json").write_text(json.dumps(memo))
+        return {"n_topics": len(memo)}
+
+    def load(self, artifact_dir: Path, ctx: Context) -> dict[str, str]:
+        return json.loads((artifact_dir / "memo.json").read_text())
+
+    async def answer(self, task: Task, state, ctx: Context) -> Answer:
+        topic = task.metadata["topic"]
+        notes = f"MEMO {topic} = {state[topic]}" if topic in state else ""
+        return await ctx.solve(task, [], notes=notes)
+
+
+class ToyIncremental(ToyLearner):
+    """The same learner with true incremental learning (``learn_more``)."""
+
+    name = "toy_incremental"
+    more_calls: ClassVar[list[list[str]]] = []
+
+    async def learn_more(self, state, tasks, ctx: LearnContext):
+        ToyIncremental.more_calls.append([t.id for t in tasks])
+        return {**state, **{t.metadata["topic"]: str(t.reference) for t in tasks}}
+
+
+def reply(messages, schema) -> str:
+    """The toy solver: beige when the bad note is shown, a memorised paint, else the note-free guess."""
+    prompt = "\n".join(m["content"] for m in messages)
+    if "NOTE-BAD" in prompt:
+        return "beige"
+    memo = re.search(r"MEMO \w+ = (\w+)", prompt)
+    if memo:
+        return memo.group(1)
+    if "Warehouse notes" in prompt or "Source excerpts" in prompt:  # notes without the bad one, or evidence
+        return TOPICS[topic_of(prompt)]
+    return "unknown"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _toys():
+    """Register the toy benchmarks and methods for this module only (not at import: collection of other
+    modules must not see them). A method class is registered through a shim with ``load()``: the registry
+    resolves any target that has a ``load`` attribute as an entry point, and every Method has one."""
+    from types import SimpleNamespace
+
+    from harness import registry
+
+    register_benchmark("toyboxes", ToyBoxes)
+    register_benchmark("toynokeys", NoKeys)
+    for cls in (ToyNotes, ToyReported, ToyLearner, ToyIncremental):
+        register_method(cls.name, SimpleNamespace(load=lambda cls=cls: cls))
+    yield
+    for group, names in ((registry.BENCHMARK_GROUP, ("toyboxes", "toynokeys")),
+                         (registry.METHOD_GROUP, ("toy_notes", "toy_reported", "toy_learner", "toy_incremental"))):
+        for n in names:
+            registry._EXTRA[group].pop(n, None)
+
+
+class NoKeys(ToyBoxes):
+    """The toy benchmark with no gold paths in its tasks."""
+
+    name = "toynokeys"
+
+    def load_tasks(self, source_id):
+        return [t.model_copy(update={"metadata": {"topic": t.metadata["topic"]}}) for t in GUIDANCE + TEST]
+
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory, _toys) -> Path:
+    """A real run folder (Runner, inspect test phase, scripted model) over the toy benchmark."""
+    out = tmp_path_factory.mktemp("toyrun")
+    scripted.set_script(reply)
+    cfg = RunConfig(benchmark="toyboxes", methods=["hybrid_rag", "toy_notes", "toy_reported", "toy_learner",
+                                                   "toy_incremental"],
+                    model="scripted/unit", out=out, seeds=[0], embedder="hash", write_report=False)
+    Runner(cfg).run()
+    scripted.set_script(None)
+    return out
+
+
+def _live(run: Path, phase: str | None = None) -> int:
+    rows = [json.loads(x) for x in (run / "usage.jsonl").read_text().splitlines() if x.strip()]
+    return sum(r["calls"] for r in rows if r["status"] == "live" and (phase is None or r["phase"] == phase))
+
+
+# ------------------------------------------------------------------------------------------ PhantomWiki keys
+
+
+def test_gold_path_walks_the_prolog_chain_from_start_to_end():
+    people = {"Ann Lee", "Bo Kim", "Cy Ray", "Di Fox"}
+    named = {"prolog": {"query": ['friend(Y_4, Y_2)', 'mother("Ann Lee", Y_4)'], "answer": "Y_2"},
+             "solution_traces": json.dumps([{"Y_4": "Bo Kim", "Y_2": "Cy Ray"}, {"Y_4": "Bo Kim", "Y_2": "Di Fox"}])}
+    assert gold_path(named, people) == [["Ann Lee"], ["Bo Kim"], ["Cy Ray", "Di Fox"]]
+    # attribute start ("the person whose job is pilot") and an attribute answer (a date, not a person)
+    attr = {"prolog": {"query": ['dob(Y_3, Y_2)', 'son(Y_5, Y_3)', 'job(Y_5, "pilot")'], "answer": "Y_2"},
+            "solution_traces": [{"Y_5": "Di Fox", "Y_3": "Bo Kim", "Y_2": "0901-01-18"}]}
+    assert gold_path(attr, people) == [["Di Fox"], ["Bo Kim"]]
+    count = {"prolog": {"query": ['aggregate_all(count, distinct(sibling(Y_3, Y_1)), Count_1)',
+                                  'friend("Cy Ray", Y_3)'], "answer": "Count_1"},
+             "solution_traces": '[{"Y_3": "Ann Lee", "Count_1": 2}]'}
+    assert gold_path(count, people) == [["Cy Ray"], ["Ann Lee"]]
+    assert gold_path({"prolog": None, "solution_traces": "not json"}, people) == []
+
+
+def test_phantomwiki_tasks_carry_their_gold_path(shared_data):
+    from adapters.phantomwiki import PhantomWiki
+
+    b = PhantomWiki(data_dir=shared_data)
+    tasks = b.load_tasks(b.source_ids()[0])
+    assert all(isinstance(t.metadata["gold_path"], list) for t in tasks)
+    one = next(t for t in tasks if t.question == "Who is the daughter-in-law of Lannie Smock?")
+    assert one.metadata["gold_path"] == [["Lannie Smock"], ["Dominique Smock"]]
+    assert one.metadata["gold_path"][-1] == one.reference  # the path ends on the answer
+
+
+# ------------------------------------------------------------------------------------------ key-overlap
+
+
+def test_key_groups_by_covered_keys():
+    groups = keyoverlap.split_groups("toyboxes", GUIDANCE, TEST, None)
+    assert groups == {"q02": "both", "q03": "one", "q04": "none", "q05": "both", "q06": "one", "q07": "both"}
+    assert keyoverlap.group_of([], {"A"}) == keyoverlap.NO_KEYS
+    unknown = Task(id="u", source_id="s", question="?", metadata={})
+    assert keyoverlap.task_keys("swe_qa", unknown, None) is None
+
+
+def test_apibench_key_is_the_gold_api_element():
+    from adapters.apibench import render_api
+
+    recs = [{"domain": "Vision", "api_name": "resnet", "api_call": "load('resnet')"},
+            {"domain": "Audio", "api_name": "wav2vec", "api_call": "load('wav2vec')"}]
+    src = Source(id="hub", kind="api_docs", elements=[
+        Element(id=f"api/{i:04d}", title=r["api_name"], text=render_api(r), metadata={"api_name": r["api_name"]})
+        for i, r in enumerate(recs)])
+    task = Task(id="t", source_id="hub", question="classify images", reference=dict(recs[1]))
+    assert keyoverlap.task_keys("apibench", task, src) == [frozenset({"api/0001"})]
+
+
+def test_key_overlap_on_a_run(toy_run):
+    res = keyoverlap.compute(load_run(toy_run), baseline="hybrid_rag")
+    b = res["benchmarks"][0]
+    assert b["status"] == "ok" and b["tasks_by_group"] == {"both": 3, "one": 2, "none": 1}
+    notes = next(m for m in b["methods"] if m["method"] == "toy_notes")
+    # the bad note is shown to every task: every answer is wrong, Hybrid RAG's are right
+    assert {g: (c["n"], c["accuracy"]) for g, c in notes["groups"].items()} == \
+        {"both": (3, 0.0), "one": (2, 0.0), "none": (1, 0.0)}
+    assert notes["groups"]["both"]["delta_pp"] == pytest.approx(-100.0)
+    base = next(m for m in b["methods"] if m["method"] == "hybrid_rag")
+    assert base["groups"]["both"]["accuracy"] == 1.0 and "delta_pp" not in base["groups"]["both"]
+
+
+def test_key_overlap_without_keys_is_unavailable(tmp_path):
+    run = tmp_path / "run"
+    (run / "splits" / "toynokeys" / "boxes").mkdir(parents=True)
+    split = NoKeys().make_splits(SOURCE, GUIDANCE + TEST, [0])[0]
+    (run / "splits" / "toynokeys" / "boxes" / "seed0.json").write_text(split.model_dump_json())
+    (run / "run.json").write_text(json.dumps({"benchmark": {"name": "toynokeys"}, "methods": [], "seeds": [0]}))
+    (run / "results.jsonl").write_text(json.dumps({"benchmark": "toynokeys", "source": "boxes", "method": "m",
+                                                   "seed": 0, "task_id": "q02", "score": 1.0}) + "\n")
+    res = keyoverlap.compute(load_run(run))
+    assert res["benchmarks"][0]["status"] == "unavailable"
+    assert "no keys" in res["benchmarks"][0]["reason"]
+
+
+# ------------------------------------------------------------------------------------------ break-even
+
+
+def _usage(method, phase, calls, inp, out, source="s", seed=0, status="live"):
+    return {"benchmark": "b", "source": source, "seed": seed, "method": method, "phase": phase, "stage": "x",
+            "status": status, "calls": calls, "input_tokens": inp, "output_tokens": out, "seconds": 0.0}
+
+
+def test_break_even_in_calls_and_tokens(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"benchmark": "b", "methods": [{"name": n} for n in
+                                                                            ("hybrid_rag", "fast", "slow")]}))
+    rows = [{"benchmark": "b", "source": "s", "method": m, "seed": sd, "task_id": f"t{i}", "score": 1.0}
+            for m in ("hybrid_rag", "fast", "slow") for sd in (0, 1) for i in range(5)]  # 10 rows each
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    usage = [
+        _usage("hybrid_rag", "answer", 20, 18000, 2000),              # 2 calls, 2,000 tokens a task
+        # fast: two artifacts (seeds 0, 1) of 60 live + 40 cached calls each, 1 call / 1,000 tokens a task
+        _usage("fast", "learn", 60, 50000, 10000, seed=0), _usage("fast", "learn", 40, 30000, 10000, seed=0,
+                                                                   status="cached"),
+        _usage("fast", "learn", 100, 80000, 20000, seed=1), _usage("fast", "learn", 5, 0, 0, seed=1, status="failed"),
+        _usage("fast", "answer", 10, 9000, 1000), _usage("fast", "protocol", 999, 1, 1),
+        _usage("slow", "learn", 10, 1000, 0, seed=None), _usage("slow", "answer", 30, 30000, 0),  # no saving
+    ]
+    (run / "usage.jsonl").write_text("".join(json.dumps(u) + "\n" for u in usage))
+    res = breakeven.compute(load_run(run))
+    by = {m["method"]: m for m in res["benchmarks"][0]["methods"]}
+    fast = by["fast"]
+    assert fast["n_artifacts"] == 2 and fast["build_calls"] == 100 and fast["build_tokens"] == 100000
+    assert fast["saving_calls_per_task"] == 1.0 and fast["saving_tokens_per_task"] == 1000.0
+    assert fast["break_even_calls"] == 100.0 and fast["break_even_tokens"] == 100.0
+    assert by["slow"]["break_even_calls"] == breakeven.NEVER and by["slow"]["n_artifacts"] == 1
+    # no build: free from the first task if a task costs no more, never if it costs more (an agent)
+    assert breakeven.break_even(0.0, 0.0) == 0.0 and breakeven.break_even(0.0, -1.0) == breakeven.NEVER
+    assert breakeven.break_even(5.0, 0.0) == breakeven.NEVER and breakeven.fmt_tasks(99.2) == "100"
+
+
+# ------------------------------------------------------------------------------------------ harmful
+
+
+def test_entry_matching_and_verdicts():
+    assert Entry("a", "Workflow  one:\nstep").shown_in("Notes: workflow one? no. Workflow one: step 2")
+    assert not Entry("a", "absent").shown_in("something else")
+    assert Entry("a", "").shown_in("anything")
+    # removal fixes 6 of 6 binary pairs: exact McNemar p = 2 / 64 < 0.05
+    v = judge_entry([0.0] * 6, [1.0] * 6, 0.05)
+    assert v["harmful"] and v["mean_diff"] == 1.0 and v["p_value"] == pytest.approx(2 / 64)
+    assert not judge_entry([0.0] * 4, [1.0] * 4, 0.05)["harmful"]  # p = 1/8: within noise
+    assert not judge_entry([1.0] * 6, [0.0] * 6, 0.05)["harmful"]  # removal hurts: a helpful entry
+    graded = judge_entry([0.2, 0.4, 0.1, 0.3, 0.2, 0.5, 0.1], [0.9, 0.8, 0.7, 0.9, 0.6, 0.9, 0.8], 0.05)
+    assert graded["test"] == "paired_permutation" and graded["harmful"]
+
+
+def test_entry_sample_is_seeded():
+    plan = Plan(SOURCE, Split(benchmark="b", source_id="boxes", seed=0, guidance_ids=[], test_ids=[]), [], [])
+    es = [Entry(f"e{i}", f"text {i}") for i in range(50)]
+    a = sample_entries(es, HarmfulSettings(max_entries=10), plan)
+    assert len(a) == 10 and a == sample_entries(es, HarmfulSettings(max_entries=10), plan)
+    assert a != sample_entries(es, HarmfulSettings(max_entries=10, seed=1), plan)
+    assert sample_entries(es, HarmfulSettings(max_entries=0), plan) == es
+
+
+def test_awm_and_sourcelearn_entry_adapters():
+    from methods.awm import AWM, AWMState, Workflow, render_workflows
+    from methods.sourcelearn.method import SourceLearn
+    from methods.sourcelearn.model import Scope, SourceModel, Unit
+
+    wfs = [Workflow(name="find_parent", description="Finds a parent.", steps=["Read {person}.", "Answer."]),
+           Workflow(name="count_kids", description="Counts children.", steps=["List {person}'s kids.", "Count."])]
+    acc = entry_access(AWM())
+    state = AWMState(workflows=wfs, notes=render_workflows(wfs))
+    es = acc.entries(state)
+    assert [e.id for e in es] == ["workflow-0:find_parent", "workflow-1:count_kids"]
+    assert all(e.shown_in(state.notes) for e in es)
+    reduced = acc.without(state, es[0].id)
+    assert not es[0].shown_in(reduced.notes) and es[1].shown_in(reduced.notes)
+
+    units = [Unit(id=f"u{i}", statement=f"Fact {i}.", role="detail", scope=Scope(kind="source")) for i in range(3)]
+    sm = SourceModel(source_id="s", source_fingerprint="f", units=units)
+    acc = entry_access(SourceLearn())
+    assert [e.id for e in acc.entries(sm)] == ["u0", "u1", "u2"]
+    smaller = acc.without(sm, "u1")
+    assert [u.id for u in smaller.units] == ["u0", "u2"] and len(sm.units) == 3  # the loaded state is untouched
+    assert entry_access(ToyNotes()).kind == "entry" and entry_access(ToyLearner()) is None
+
+
+def test_harmful_entries_on_a_run(toy_run):
+    scripted.set_script(reply)
+    live_before = _live(toy_run)
+    res = compute_protocol("harmful", toy_run, methods=["toy_notes", "hybrid_rag"], settings={"max_entries": 0})
+    notes = next(m for m in res["methods"] if m["method"] == "toy_notes")
+    art = notes["artifacts"][0]
+    # n-green is never shown (no green test task): left out of the rate; n-bad is harmful, n-red is not
+    assert (art["n_entries"], art["n_exposed"], art["n_evaluated"], art["n_harmful"]) == (3, 2, 2, 1)
+    verdicts = {e["id"]: e for e in art["entries"]}
+    assert verdicts["n-bad"]["harmful"] and verdicts["n-bad"]["n_tasks"] == 6
+    assert verdicts["n-bad"]["with_mean"] == 0.0 and verdicts["n-bad"]["without_mean"] == 1.0
+    assert not verdicts["n-red"]["harmful"] and verdicts["n-red"]["n_tasks"] == 3  # red tasks only
+    assert notes["rate"] == 0.5
+    assert next(m for m in res["methods"] if m["method"] == "hybrid_rag")["status"] == "no entries"
+    # full-artifact answers were cached by the test phase; only the reduced states cost live calls (6 + 3)
+    assert _live(toy_run) - live_before == 9
+    assert json.loads((toy_run / "protocols" / "harmful.json").read_text())["methods"][0]["rate"] == 0.5
+    # exposure reported by the answers themselves gives the same verdicts (their texts are never in a prompt)
+    res = compute_protocol("harmful", toy_run, methods=["toy_reported"], settings={"max_entries": 0})
+    rep = next(m for m in res["methods"] if m["method"] == "toy_reported")
+    assert (rep["n_exposed"], rep["n_evaluated"], rep["n_harmful"], rep["rate"]) == (2, 2, 1, 0.5)
+    # the file keeps the methods of the earlier invocation with the same settings
+    assert {m["method"] for m in res["methods"]} == {"toy_notes", "hybrid_rag", "toy_reported"}
+    # re-running is free: every call is in the run's cache
+    before = _live(toy_run)
+    compute_protocol("harmful", toy_run, methods=["toy_notes"], settings={"max_entries": 0})
+    assert _live(toy_run) == before
+
+
+# ------------------------------------------------------------------------------------------ prequential
+
+
+def test_stream_and_blocks():
+    assert block_bounds(6, PrequentialSettings(blocks=4)) == [(0, 2), (2, 4), (4, 6)]
+    assert block_bounds(5, PrequentialSettings(block_size=5)) == [(0, 5)]
+    assert block_bounds(0, PrequentialSettings()) == []
+    order = stream_order(TEST, 0, 0)
+    assert sorted(t.id for t in order) == sorted(t.id for t in TEST) and order == stream_order(TEST, 0, 0)
+    assert [t.id for t in order] != [t.id for t in stream_order(TEST, 1, 0)]
+    assert cumulative([1.0, 0.0, 1.0, 1.0]) == [1.0, 0.5, pytest.approx(2 / 3), 0.75]
+    assert sparkline([0.0, 0.5, 1.0]) == "▁▅█"
+
+
+def _expected_online(block: int) -> list[float]:
+    """A task is right only if a task of its topic came before its block (it was answered before learned)."""
+    stream = stream_order(TEST, 0, 0)
+    out = []
+    for i, t in enumerate(stream):
+        start = (i // block) * block
+        out.append(float(t.metadata["topic"] in {s.metadata["topic"] for s in stream[:start]}))
+    return out
+
+
+def test_prequential_on_a_run(toy_run):
+    scripted.set_script(reply)
+    ToyLearner.learn_calls.clear()
+    ToyIncremental.more_calls.clear()
+    res = compute_protocol("prequential", toy_run, methods=["toy_learner", "toy_incremental", "hybrid_rag"],
+                           settings={"block_size": 2})
+    by = {m["method"]: m for m in res["methods"]}
+    stream = [t.id for t in stream_order(TEST, 0, 0)]
+    expected = _expected_online(2)
+    for name in ("toy_learner", "toy_incremental"):
+        cell = by[name]["cells"][0]
+        assert [t["task_id"] for t in cell["tasks"]] == stream
+        assert [t["online"] for t in cell["tasks"]] == expected
+        assert all(t["stateless"] == 0.0 for t in cell["tasks"])
+        assert by[name]["gain_pp"] == pytest.approx(100.0 * sum(expected) / len(expected))
+        assert by[name]["curve"][-1]["online"] == pytest.approx(sum(expected) / len(expected))
+    assert by["toy_learner"]["mode"] == "re-learn on prefix" and by["toy_incremental"]["mode"] == "incremental"
+    # re-learned on the empty prefix and on each growing prefix, never on a task not yet answered; the
+    # incremental learner (a subclass) learns once, from nothing, and then only through learn_more
+    assert ToyLearner.learn_calls == [[], stream[:2], stream[:4], []]
+    assert ToyIncremental.more_calls == [stream[0:2], stream[2:4]]
+    assert by["hybrid_rag"]["mode"] == "stateless" and by["hybrid_rag"]["gain_pp"] == 0.0
+    assert by["hybrid_rag"]["online"] == 1.0
+    protocol_rows = [json.loads(x) for x in (toy_run / "usage.jsonl").read_text().splitlines()
+                     if json.loads(x)["phase"] == "protocol"]
+    assert {r["stage"] for r in protocol_rows} >= {"prequential.answer"}
+
+
+# ------------------------------------------------------------------------------------------ report and CLI
+
+
+def test_parse_protocols():
+    assert parse_protocols("break_even,key-overlap,break-even") == ["break-even", "key-overlap"]
+    assert parse_protocols("all") == ["key-overlap", "break-even", "prequential", "harmful"]
+    with pytest.raises(ConfigError, match="unknown protocol"):
+        parse_protocols("key-overlap,nope")
+
+
+def test_report_sections(toy_run, tmp_path):
+    scripted.set_script(reply)
+    compute_protocol("prequential", toy_run, methods=["toy_learner", "hybrid_rag"], settings={"block_size": 2})
+    paths = write_report(toy_run, out_dir=tmp_path / "rep", protocols=["key-overlap", "break-even", "prequential",
+                                                                        "harmful"])
+    md = paths["md"].read_text()
+    for title in ("Protocol: key-overlap groups", "Protocol: break-even", "Prequential curve", "Harmful entries"):
+        assert title in md
+    assert "| toy_notes | none | 1 | 0.0 | -100.0 |" in md
+    assert "after n tasks" in md and "toy_learner online / stateless %" in md
+    html = paths["html"].read_text()
+    assert "Protocol: prequential evaluation" in html and "Prequential curve" in html
+    # a protocol that needs model calls and was never run says so instead of showing nothing
+    (toy_run / "protocols" / "harmful.json").rename(tmp_path / "h.json")
+    try:
+        md = write_report(toy_run, out_dir=tmp_path / "rep2", protocols=["harmful"])["md"].read_text()
+        assert "not computed" in md and "sourcebench protocol harmful" in md
+    finally:
+        (tmp_path / "h.json").rename(toy_run / "protocols" / "harmful.json")
+
+
+def test_protocol_and_report_commands(toy_run, tmp_path, capsys):
+    scripted.set_script(reply)
+    assert main(["protocol", "break-even", str(toy_run)]) == 0
+    out = capsys.readouterr().out
+    assert "break-even vs hybrid_rag" in out and (toy_run / "protocols" / "break-even.json").exists()
+    assert main(["report", str(toy_run), "--out", str(tmp_path / "r"), "--protocols", "key-overlap"]) == 0
+    assert "key-overlap groups" in (tmp_path / "r" / "leaderboard.md").read_text()
+    assert main(["protocol", "harmful", str(toy_run), "--methods", "no_such_method"]) == 2
+
+
+def test_answers_are_scored_failures_when_a_method_breaks(toy_run):
+    from reports.protocols.session import RunSession, answer_and_score
+
+    class Broken(ToyNotes):
+        async def answer(self, task, state, ctx):
+            raise RuntimeError("boom")
+
+    session = RunSession(toy_run, methods=["toy_notes"])
+    plan = session.plans()[0]
+    ctx = session.context(Context, Broken(), plan, "check")
+    answer, score = asyncio.run(answer_and_score(Broken(), plan.tests[0], [], ctx))
+    assert answer.failed and "boom" in answer.failure_reason and score == 0.0
+    assert [t.id for t in plan.tests] == [t.id for t in TEST] and [t.id for t in plan.guidance] == ["q00", "q01"]
