@@ -186,16 +186,13 @@ def reply(messages, schema) -> str:
 @pytest.fixture(scope="module", autouse=True)
 def _toys():
     """Register the toy benchmarks and methods for this module only (not at import: collection of other
-    modules must not see them). A method class is registered through a shim with ``load()``: the registry
-    resolves any target that has a ``load`` attribute as an entry point, and every Method has one."""
-    from types import SimpleNamespace
-
+    modules must not see them)."""
     from harness import registry
 
     register_benchmark("toyboxes", ToyBoxes)
     register_benchmark("toynokeys", NoKeys)
     for cls in (ToyNotes, ToyReported, ToyLearner, ToyIncremental):
-        register_method(cls.name, SimpleNamespace(load=lambda cls=cls: cls))
+        register_method(cls.name, cls)
     yield
     for group, names in ((registry.BENCHMARK_GROUP, ("toyboxes", "toynokeys")),
                          (registry.METHOD_GROUP, ("toy_notes", "toy_reported", "toy_learner", "toy_incremental"))):
