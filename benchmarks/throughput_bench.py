@@ -9,7 +9,9 @@ does) with ``--max-samples`` and ``--max-connections`` set to the concurrency ``
   the server saw them), against the ceiling ``C / latency``; goal >= 80 %;
 * harness time: the run's wall time minus the time during which at least one model call was in
   flight (union of the server's reply intervals), i.e. everything that is not waiting for the
-  model: loading data, splits, learning, bookkeeping, writing rows, the report; goal <= 10 %.
+  model: loading data, splits, learning, bookkeeping, writing rows, the report; goal <= 10 %;
+* CPU per task (this process), and the same numbers for inspect-ai alone (a solver that only
+  sleeps for the latency, same concurrency and log settings): the floor set by the engine.
 
     python benchmarks/throughput_bench.py                       # 1,000 tasks, C=10, 200 ms
     python benchmarks/throughput_bench.py --concurrency 5,10,20 # a sweep
@@ -114,6 +116,43 @@ def union_seconds(intervals: list[tuple[float, float]], lo: float, hi: float) ->
     return total
 
 
+def inspect_only(n: int, conc: int, latency: float, log_dir: Path) -> dict:
+    """inspect-ai's own per-sample cost: the same eval loop with a solver that only waits."""
+    import asyncio
+    import resource
+
+    from inspect_ai import Task, eval_async
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.model import ModelOutput
+    from inspect_ai.scorer import Score, mean, scorer
+    from inspect_ai.solver import solver
+
+    @solver
+    def wait():
+        async def solve(state, generate):
+            await asyncio.sleep(latency)
+            state.output = ModelOutput.from_content(model="none", content="x")
+            return state
+        return solve
+
+    @scorer(metrics=[mean()])
+    def one():
+        async def score(state, target):
+            return Score(value=1.0)
+        return score
+
+    task = Task(dataset=MemoryDataset([Sample(id=str(i), input=f"q{i}", target="x") for i in range(n)]),
+                solver=wait(), scorer=one(), name="inspect-only")
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    asyncio.run(eval_async(task, model="mockllm/model", log_dir=str(log_dir), max_samples=conc, log_realtime=False,
+                           score_display=False))
+    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return {"inspect_only_tasks_per_s": round(n / wall, 2),
+            "inspect_only_pct_of_ceiling": round(100 * n / wall / (conc / latency), 1),
+            "inspect_only_cpu_ms_per_task": round(1000 * cpu / n, 1)}
+
+
 def run_once(data: Path, out: Path, model: str, methods: list[str], n_tasks: int, conc: int,
              report: bool = False) -> tuple[float, dict]:
     from harness.runner import RunConfig, Runner
@@ -127,12 +166,15 @@ def run_once(data: Path, out: Path, model: str, methods: list[str], n_tasks: int
 
 def measure(server: ServerProcess, data: Path, work: Path, methods: list[str], n_tasks: int, conc: int,
             latency: float, report: bool) -> dict:
+    import resource
+
     out = work / f"run-c{conc}"
     shutil.rmtree(out, ignore_errors=True)
     server.reset()
-    t_start = time.time()
+    t_start, r0 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
     wall, summary = run_once(data, out, "openai-api/fault/ok", methods, n_tasks, conc, report)
-    t_end = time.time()
+    t_end, r1 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     st = server.stats()
     iv = [tuple(x) for x in st["intervals"]]
     answer_iv = sorted(iv)[1:]  # the first request is the endpoint probe
@@ -148,7 +190,9 @@ def measure(server: ServerProcess, data: Path, work: Path, methods: list[str], n
         "ceiling_tasks_per_s": round(ceiling, 2), "throughput_pct_of_ceiling": round(100 * thr / ceiling, 1),
         "run_wall_s": round(wall, 2), "model_busy_s": round(model_busy, 2),
         "harness_s": round(wall - model_busy, 2), "harness_pct_of_wall": round(100 * (wall - model_busy) / wall, 1),
-        "live_calls": summary["live_calls"],
+        "live_calls": summary["live_calls"], "cpu_s": round(cpu, 2),
+        "cpu_ms_per_task": round(1000 * cpu / max(1, n_rows), 1),
+        "load_avg_1min": round(os.getloadavg()[0], 2),
     }
 
 
@@ -160,6 +204,7 @@ def main() -> None:
     ap.add_argument("--methods", default="no_source", help="methods to run (one model call per task each)")
     ap.add_argument("--report", action="store_true", help="also write the leaderboard (counted as harness time)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--no-inspect-baseline", action="store_true", help="skip the inspect-only measurement")
     ap.add_argument("--keep", type=Path, help="keep the data and run folders here")
     ap.add_argument("--json", type=Path, help="write the numbers to this file")
     args = ap.parse_args()
@@ -184,6 +229,8 @@ def main() -> None:
         for conc in [int(c) for c in args.concurrency.split(",")]:
             res = measure(server, data, work, methods, args.tasks, conc, args.latency, args.report)
             res["import_s"] = round(import_s, 2)
+            if not args.no_inspect_baseline:
+                res.update(inspect_only(args.tasks, conc, args.latency, work / "inspect-only-logs"))
             results.append(res)
             for k, v in res.items():
                 print(f"{k:28s} {v}")

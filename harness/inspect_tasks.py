@@ -7,7 +7,11 @@ immediately, which is what makes runs resumable at task granularity.
 
 from __future__ import annotations
 
+import re
+import struct
 import traceback
+import zipfile
+import zlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable
 
@@ -20,7 +24,7 @@ from inspect_ai.solver import Generate, TaskState, solver
 
 from .data import Answer, Task
 from .errors import ModelUnavailableError
-from .io import append_jsonl, redact_secrets
+from .io import append_jsonl, redact_secrets, secret_values
 from .method import ACTIVE_ANSWER, ActiveAnswer, Context
 
 if TYPE_CHECKING:
@@ -97,13 +101,16 @@ def scrub_logs(paths: Iterable[str | Path]) -> int:
     inspect records a failed model call's error, traceback and raw reply in the transcript, so a
     server that echoes the request's ``Authorization`` header (or a base URL with credentials in
     it) would put a key into the log; the harness's own files are masked when written, inspect's
-    are checked here after each test phase. A log that cannot be read (cut off by a crash) is left
-    as it is. Returns the number of logs rewritten.
+    are checked here after each test phase: a fast byte scan of the decompressed archive members,
+    and only a log that holds a credential is read, masked and written again. A log that cannot be
+    read (cut off by a crash) is left as it is. Returns the number of logs rewritten.
     """
     from inspect_ai.log import EvalLog, read_eval_log, write_eval_log
 
     n = 0
     for path in paths:
+        if not _mentions_secret(Path(path)):
+            continue
         try:
             text = read_eval_log(str(path)).model_dump_json()
         except Exception:  # a truncated log of a killed run: inspect cannot read it either
@@ -113,6 +120,39 @@ def scrub_logs(paths: Iterable[str | Path]) -> int:
             write_eval_log(EvalLog.model_validate_json(masked), str(path))
             n += 1
     return n
+
+
+_SECRET_BYTES = re.compile(rb"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}|://[^/\s@:\"]+:[^/\s@\"]+@")
+
+
+def _mentions_secret(path: Path) -> bool:
+    """Whether any member of an ``.eval`` archive holds a credential (True when unsure)."""
+    needles = [v.encode() for v in secret_values()]
+    try:
+        with open(path, "rb") as f, zipfile.ZipFile(f) as z:
+            for info in z.infolist():
+                f.seek(info.header_offset + 26)
+                name_len, extra_len = struct.unpack("<HH", f.read(4))
+                f.seek(info.header_offset + 30 + name_len + extra_len)
+                raw = f.read(info.compress_size)
+                if info.compress_type == zipfile.ZIP_STORED:
+                    data = raw
+                elif info.compress_type == zipfile.ZIP_DEFLATED:
+                    data = zlib.decompress(raw, -15)
+                elif info.compress_type == _ZIP_ZSTD:
+                    import zstandard
+
+                    data = zstandard.ZstdDecompressor().decompress(raw, max_output_size=max(1, info.file_size))
+                else:
+                    return True
+                if any(x in data for x in needles) or _SECRET_BYTES.search(data):
+                    return True
+    except Exception:  # unreadable here (cut off by a crash, zstandard.ZstdError, ...): the full reader decides
+        return True
+    return False
+
+
+_ZIP_ZSTD = 93  # the zip method id of Zstandard, which inspect uses for .eval members
 
 
 def unfinished_logs(log_dir: Path) -> list[Path]:
