@@ -7,6 +7,7 @@ immediately, which is what makes runs resumable at task granularity.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import struct
 import traceback
@@ -70,7 +71,9 @@ def cell_task(runner: "Runner", cell: "Cell", todo: list[Task]) -> InspectTask:
             answer = Answer.model_validate(state.metadata["sourcebench_answer"])
             s = await ctx.judge(task, answer)  # type: ignore[misc]
             row = runner.result_row(cell, task, answer, s)
-            append_jsonl(runner.results_path, [row])
+            # fsync off the event loop (milliseconds per row that would stall every running sample);
+            # awaited, so the row is on disk before inspect counts the sample as done
+            await asyncio.to_thread(append_jsonl, runner.results_path, [row])
             runner._flush_usage(cell.ledger, cell.source.id, cell.split.seed)
             return InspectScore(value=row["score"], answer=answer.text,
                                 explanation=row["failure_reason"] or str(s.details.get("reasoning", "")),

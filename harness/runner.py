@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import functools
 import json
 import os
 import re
@@ -75,6 +76,10 @@ class Cell:
     tests: list[Task]
     artifact: Path
     ledger: UsageLedger
+
+    @functools.cached_property
+    def split_id(self) -> str:  # hashed once per cell, not once per result row
+        return self.split.split_id
 
     @property
     def label(self) -> str:
@@ -446,7 +451,7 @@ class Runner:
         return {
             "run_id": self.run_id, "benchmark": self.bench.name, "source": cell.source.id,
             "method": cell.method.name, "method_version": cell.method.version, "seed": cell.split.seed,
-            "split_id": cell.split.split_id, "task_id": task.id, "group": task.group, "item_hash": task.item_hash,
+            "split_id": cell.split_id, "task_id": task.id, "group": task.group, "item_hash": task.item_hash,
             "score": 0.0 if failed else float(score.value), "correct": False if failed else bool(score.correct),
             "failed": failed, "failure_reason": answer.failure_reason or score.failure_reason,
             "answer": answer.text, "reference": task.reference, "evidence_ids": answer.evidence_ids,
