@@ -56,17 +56,6 @@ def variant_class(base_cls: type, v: Variant, learn_config: dict[str, Any] | Non
     return type(f"{base_cls.__name__}Variant", (base_cls,), attrs)
 
 
-class _Handle:
-    """Entry-point-like handle for a class: the registry resolves anything with ``load()`` by calling it,
-    which a Method class (whose ``load`` is the artifact loader) cannot be registered as directly."""
-
-    def __init__(self, cls: type):
-        self.cls = cls
-
-    def load(self) -> type:
-        return self.cls
-
-
 @contextlib.contextmanager
 def registered(classes: dict[str, type]) -> Iterator[None]:
     """Register alias classes for one runner call, and remove them afterwards (process-local)."""
@@ -75,7 +64,7 @@ def registered(classes: dict[str, type]) -> Iterator[None]:
     extra = registry._EXTRA[registry.METHOD_GROUP]  # the run-time table behind register_method
     saved = {k: extra[k] for k in classes if k in extra}
     for k, cls in classes.items():
-        registry.register_method(k, _Handle(cls))
+        registry.register_method(k, cls)
     try:
         yield
     finally:
