@@ -3,7 +3,8 @@
 Starts the OpenAI-compatible test server (``tests/hardening/fault_server.py``, no faults, 200 ms per
 reply) in its own process, generates a seeded PhantomWiki-format instance large enough for 1,000
 test tasks, and runs them through the real runner in this process (``Runner.run``, as the CLI
-does) with ``--max-samples`` and ``--max-connections`` set to the concurrency ``C``. Printed:
+does) with ``--max-connections C`` (the model concurrency) and ``--max-samples`` a multiple of it
+(default 2C, so that a connection never waits for a sample that is busy scoring). Printed:
 
 * throughput: test tasks per second over the test phase (first answer request to last reply, as
   the server saw them), against the ceiling ``C / latency``; goal >= 80 %;
@@ -154,25 +155,26 @@ def inspect_only(n: int, conc: int, latency: float, log_dir: Path) -> dict:
 
 
 def run_once(data: Path, out: Path, model: str, methods: list[str], n_tasks: int, conc: int,
-             report: bool = False) -> tuple[float, dict]:
+             report: bool = False, samples: int | None = None) -> tuple[float, dict]:
     from harness.runner import RunConfig, Runner
 
     cfg = RunConfig(benchmark="phantomwiki", methods=methods, model=model, out=out, seeds=[0], limit=n_tasks,
-                    data_dir=data, embedder="hash", max_samples=conc, max_connections=conc, write_report=report)
+                    data_dir=data, embedder="hash", max_samples=samples or conc, max_connections=conc,
+                    write_report=report)
     t0 = time.perf_counter()
     summary = Runner(cfg).run()
     return time.perf_counter() - t0, summary
 
 
 def measure(server: ServerProcess, data: Path, work: Path, methods: list[str], n_tasks: int, conc: int,
-            latency: float, report: bool) -> dict:
+            latency: float, report: bool, samples: int) -> dict:
     import resource
 
     out = work / f"run-c{conc}"
     shutil.rmtree(out, ignore_errors=True)
     server.reset()
     t_start, r0 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
-    wall, summary = run_once(data, out, "openai-api/fault/ok", methods, n_tasks, conc, report)
+    wall, summary = run_once(data, out, "openai-api/fault/ok", methods, n_tasks, conc, report, samples)
     t_end, r1 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     st = server.stats()
@@ -184,11 +186,13 @@ def measure(server: ServerProcess, data: Path, work: Path, methods: list[str], n
     thr = n_rows / (last - first)
     ceiling = conc / latency
     return {
-        "tasks": n_rows, "methods": ",".join(methods), "concurrency": conc, "latency_s": latency,
+        "tasks": n_rows, "methods": ",".join(methods), "concurrency": conc, "max_samples": samples,
+        "latency_s": latency,
         "requests": st["requests"], "max_in_flight": st["max_in_flight"],
         "test_phase_s": round(last - first, 2), "throughput_tasks_per_s": round(thr, 2),
         "ceiling_tasks_per_s": round(ceiling, 2), "throughput_pct_of_ceiling": round(100 * thr / ceiling, 1),
         "run_wall_s": round(wall, 2), "model_busy_s": round(model_busy, 2),
+        "before_first_call_s": round(min(iv)[0] - t_start, 2), "after_last_reply_s": round(t_end - last, 2),
         "harness_s": round(wall - model_busy, 2), "harness_pct_of_wall": round(100 * (wall - model_busy) / wall, 1),
         "live_calls": summary["live_calls"], "cpu_s": round(cpu, 2),
         "cpu_ms_per_task": round(1000 * cpu / max(1, n_rows), 1),
@@ -201,6 +205,7 @@ def main() -> None:
     ap.add_argument("--tasks", type=int, default=1000)
     ap.add_argument("--concurrency", default="10", help="comma-separated values of C (max samples = max connections)")
     ap.add_argument("--latency", type=float, default=0.2, help="seconds per model reply (default 0.2)")
+    ap.add_argument("--samples-per-connection", type=int, default=2, help="max samples = this x C (default 2)")
     ap.add_argument("--methods", default="no_source", help="methods to run (one model call per task each)")
     ap.add_argument("--report", action="store_true", help="also write the leaderboard (counted as harness time)")
     ap.add_argument("--seed", type=int, default=0)
@@ -217,8 +222,9 @@ def main() -> None:
     n_q = int(args.tasks / 0.7 / 0.95) + 50  # the test side of a 30/70 grouped split must hold --tasks
     data = make_instance(work / "data", n_people=max(60, n_q // 10 + 1), n_questions=n_q, seed=args.seed)
     t = time.perf_counter()
-    import harness.runner  # noqa: F401  (import time reported apart: paid once per process)
     import inspect_ai  # noqa: F401
+
+    import harness.runner  # noqa: F401  (import time reported apart: paid once per process)
 
     import_s = time.perf_counter() - t
     server = ServerProcess(args.latency)
@@ -227,10 +233,11 @@ def main() -> None:
     results = []
     try:
         for conc in [int(c) for c in args.concurrency.split(",")]:
-            res = measure(server, data, work, methods, args.tasks, conc, args.latency, args.report)
+            samples = conc * args.samples_per_connection
+            res = measure(server, data, work, methods, args.tasks, conc, args.latency, args.report, samples)
             res["import_s"] = round(import_s, 2)
             if not args.no_inspect_baseline:
-                res.update(inspect_only(args.tasks, conc, args.latency, work / "inspect-only-logs"))
+                res.update(inspect_only(args.tasks, conc, args.latency, work / "inspect-only-logs"))  # C samples
             results.append(res)
             for k, v in res.items():
                 print(f"{k:28s} {v}")

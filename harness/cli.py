@@ -120,7 +120,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0)")
     r.add_argument("--context-window", type=_positive, help="solver context window in tokens; longer prompts are "
                    "scored failures (default: known for local models)")
-    r.add_argument("--max-samples", type=_positive, help="concurrent test tasks (default: inspect's)")
+    r.add_argument("--max-samples", type=_positive, help="concurrent test tasks (default: twice --max-connections "
+                   "when that is given, else inspect's)")
     r.add_argument("--max-connections", type=_positive, help="concurrent model calls (default: inspect's, per provider)")
     r.add_argument("--max-retries", type=_non_negative, default=5, help="retries of a failed model call (HTTP 429/5xx, "
                    "timeout, dropped connection, unparsable reply) with exponential backoff, after which the task "

@@ -38,13 +38,13 @@ RAY_LOCAL_OBJECT_STORE_BYTES = 256 * 2**20  # a local instance only moves small 
 class LocalExecutor:
     """Everything in this process: the default."""
 
-    async def execute(self, runner: "Runner", pending: list, done: set) -> None:
+    async def execute(self, runner: Runner, pending: list, done: set) -> None:
         await runner._preflight()
         cells = await runner._learn_all(pending)
         await runner._test_all(cells, done)
 
 
-def run_share(cfg: "RunConfig", stage: str) -> dict[str, Any]:
+def run_share(cfg: RunConfig, stage: str) -> dict[str, Any]:
     """Body of a Ray task: learn (``stage="learn"``) or learn and test (``"test"``) the cells of ``cfg``."""
     from .runner import Runner
 
@@ -77,7 +77,7 @@ class RayExecutor:
             raise ConfigError(f"--ray-address {where}: cannot connect to Ray ({msg})") from None
         return ray
 
-    async def execute(self, runner: "Runner", pending: list, done: set) -> None:
+    async def execute(self, runner: Runner, pending: list, done: set) -> None:
         await runner._preflight()
         ray = self._init()
         try:
@@ -106,7 +106,7 @@ class RayExecutor:
         finally:
             ray.shutdown()
 
-    async def _gather(self, ray: Any, labelled: list[tuple[str, Any]], runner: "Runner") -> None:
+    async def _gather(self, ray: Any, labelled: list[tuple[str, Any]], runner: Runner) -> None:
         """Wait for every task; sum their live calls; re-raise the first failure as the local run would."""
         results = await asyncio.gather(*(ref for _, ref in labelled), return_exceptions=True)
         first: BaseException | None = None

@@ -74,6 +74,7 @@ def cell_task(runner: "Runner", cell: "Cell", todo: list[Task]) -> InspectTask:
             # fsync off the event loop (milliseconds per row that would stall every running sample);
             # awaited, so the row is on disk before inspect counts the sample as done
             await asyncio.to_thread(append_jsonl, runner.results_path, [row])
+            runner.rows_written += 1
             runner._flush_usage(cell.ledger, cell.source.id, cell.split.seed)
             return InspectScore(value=row["score"], answer=answer.text,
                                 explanation=row["failure_reason"] or str(s.details.get("reasoning", "")),

@@ -22,9 +22,18 @@ _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:\"']+:[^/\s@\"']+@")  # scheme://user:secret@host
 
 
+_secret_names: tuple[int, list[str]] = (-1, [])
+
+
 def secret_values() -> list[str]:
-    """Values of credential-like environment variables (longest first, so overlaps mask fully)."""
-    vals = {v for k, v in os.environ.items() if _SECRET_NAME.search(k) and len(v) >= _MIN_SECRET_LEN}
+    """Values of credential-like environment variables (longest first, so overlaps mask fully).
+
+    Called for every row and log record: the matching names are found again only when the number
+    of variables changes; their current values are read each time."""
+    global _secret_names
+    if _secret_names[0] != len(os.environ):
+        _secret_names = (len(os.environ), [k for k in os.environ if _SECRET_NAME.search(k)])
+    vals = {v for k in _secret_names[1] if len(v := os.environ.get(k, "")) >= _MIN_SECRET_LEN}
     return sorted(vals, key=len, reverse=True)
 
 

@@ -62,7 +62,7 @@ class Plan:
     passed: int = 0
 
     @classmethod
-    def parse(cls, model: str) -> "Plan":
+    def parse(cls, model: str) -> Plan:
         latency, steps, passed = None, [], 0
         for tok in [t for t in model.split("_") if t and t != "ok"]:
             m = _TOKEN.match(tok)
@@ -150,7 +150,7 @@ class FaultServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> "FaultServer":
+    def start(self) -> FaultServer:
         self._thread = threading.Thread(target=self._run, name="fault-server", daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
@@ -163,7 +163,7 @@ class FaultServer:
         if self._thread:
             self._thread.join(10)
 
-    def __enter__(self) -> "FaultServer":
+    def __enter__(self) -> FaultServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -182,7 +182,7 @@ class FaultServer:
         self._ready.set()
         try:
             await asyncio.wait_for(self._stop.wait(), self.lifetime)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
         server.close()
 
@@ -219,7 +219,7 @@ class FaultServer:
                 body = await asyncio.wait_for(reader.readexactly(n), IDLE_TIMEOUT_S) if n else b""
                 if not await self._route(parts[0], parts[1], headers, body, writer):
                     break
-        except (asyncio.TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
             pass
         except asyncio.CancelledError:  # server shutting down: close quietly
             pass

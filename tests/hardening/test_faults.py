@@ -10,6 +10,7 @@ fails with its reason, the task is a scored failure, and the report counts it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from collections import Counter
 
 import pytest
@@ -44,7 +45,7 @@ def only_request(server) -> tuple[list[float], list[str]]:
 
 
 def gaps(times: list[float]) -> list[float]:
-    return [b - a for a, b in zip(times, times[1:])]
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 @pytest.mark.slow
