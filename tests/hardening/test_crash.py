@@ -39,8 +39,11 @@ KILL_AFTER_ROWS = sorted(int(x) for x in np.random.default_rng(KILL_SEED).choice
 
 
 def args(out: Path, model: str = "scripted/extractive", *extra: str) -> list[str]:
-    # AWM answers its 12 guidance tasks 8 at a time while learning, then induces workflows
-    return pw_args(out, model, "awm,no_source", N_TASKS, "0", "--guidance-limit", "12", "--no-report", *extra)
+    # AWM answers its 12 guidance tasks 8 at a time while learning, then induces workflows. Two
+    # test tasks at a time: rows then arrive a pair per scripted delay, never in a burst that could
+    # carry the run past the kill point within one poll.
+    return pw_args(out, model, "awm,no_source", N_TASKS, "0", "--guidance-limit", "12", "--no-report",
+                   "--max-samples", "2", *extra)
 
 
 def n_lines(path: Path) -> int:
