@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -42,6 +43,20 @@ def _positive(s: str) -> int:
     if v <= 0:
         raise argparse.ArgumentTypeError(f"expected a positive integer, got {s!r}")
     return v
+
+
+def _guidance_limit(s: str) -> int | str:
+    return "all" if s.strip().lower() == "all" else _positive(s)
+
+
+def resolve_guidance_limit(limit: int | None, guidance_limit: int | str | None) -> int | None:
+    """Guidance tasks per source and seed for a run: ``--limit`` subsamples both sides of the split
+    in its 30:70 ratio unless ``--guidance-limit`` says otherwise (``all``: no limit)."""
+    if guidance_limit == "all":
+        return None
+    if guidance_limit is not None:
+        return int(guidance_limit)
+    return None if limit is None else max(1, math.ceil(3 * limit / 7))
 
 
 def _non_negative(s: str) -> int:
@@ -106,7 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--judge-model", help="judge model for LLM-judged benchmarks (default: the solver model)")
     r.add_argument("--seeds", type=_seeds, default=[0, 1, 2], help="split seeds (default 0,1,2)")
     r.add_argument("--limit", type=_positive, help="test tasks per source and seed (seeded subset, same for all methods)")
-    r.add_argument("--guidance-limit", type=_positive, help="guidance tasks per source and seed (seeded subset)")
+    r.add_argument("--guidance-limit", type=_guidance_limit,
+                   help="guidance tasks per source and seed (seeded subset), or 'all'. Default: all, except that "
+                   "with --limit N it is ceil(3N/7), the split's own 30:70 ratio, so that a quick run is quick "
+                   "for methods that learn from guidance too")
     r.add_argument("--sources", type=_csv, help="comma-separated source ids (default: all)")
     r.add_argument("--out", type=Path, help="output folder (default runs/<benchmark>-<model>)")
     r.add_argument("--data-dir", type=Path, help="folder holding benchmark data (default: $SOURCEBENCH_DATA_DIR, "
@@ -200,7 +218,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     out = a.out or Path("runs") / f"{a.benchmark}-{a.model.replace('/', '_')}"
     display = a.display or ("plain" if sys.stdout.isatty() else "none")
     cfg = RunConfig(benchmark=a.benchmark, methods=a.methods, model=a.model, judge_model=a.judge_model,
-                    seeds=a.seeds, limit=a.limit, guidance_limit=a.guidance_limit, sources=a.sources, out=out,
+                    seeds=a.seeds, limit=a.limit, guidance_limit=resolve_guidance_limit(a.limit, a.guidance_limit),
+                    sources=a.sources, out=out,
                     data_dir=a.data_dir, options=_kv(a.opt, "--opt"), method_configs=_method_configs(a.method_config),
                     embedder=a.embedder, max_tokens=a.max_tokens, temperature=a.temperature,
                     context_window=a.context_window, max_samples=a.max_samples, display=display,

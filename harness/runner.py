@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import functools
-import json
 import os
 import re
 import time
@@ -327,6 +326,10 @@ class Runner:
         n_pending = sum(1 for m, p in pending for t in p[3] if (self.bench.name, p[0].id, m.name, p[1].seed, t.id) not in done)
         self.log(f"[bold]{self.bench.name}[/]: {len(sources)} source(s), seeds {self.cfg.seeds}, "
                  f"{len(self.methods)} method(s): {n_total} task rows, {n_pending} to do")
+        if any(m.uses_guidance for m in self.methods) and plans:
+            lo, hi = min(len(p[2]) for p in plans), max(len(p[2]) for p in plans)
+            self.log(f"guidance: {lo if lo == hi else f'{lo}-{hi}'} task(s) per source and seed"
+                     + (f" (--guidance-limit {self.cfg.guidance_limit})" if self.cfg.guidance_limit else ""))
         if pending:
             await self.executor.execute(self, pending, done)
         report_paths = {}

@@ -1,0 +1,30 @@
+"""CLI argument handling that is more than argparse plumbing."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.cli import build_parser, resolve_guidance_limit
+
+
+@pytest.mark.parametrize(("limit", "given", "expected"), [
+    (None, None, None),  # a full run learns from every guidance task
+    (20, None, 9),       # --limit keeps the split's 30:70 ratio: ceil(3 * 20 / 7)
+    (8, None, 4),
+    (1, None, 1),        # never zero guidance tasks
+    (20, 5, 5),          # an explicit --guidance-limit wins
+    (20, "all", None),   # ... and 'all' lifts it
+    (None, 7, 7),
+])
+def test_guidance_limit_follows_limit_unless_given(limit, given, expected):
+    assert resolve_guidance_limit(limit, given) == expected
+
+
+def test_guidance_limit_argument_accepts_all_and_rejects_zero(capsys):
+    parser = build_parser()
+    base = ["run", "--benchmark", "phantomwiki", "--methods", "awm", "--model", "scripted/extractive"]
+    assert parser.parse_args([*base, "--guidance-limit", "ALL"]).guidance_limit == "all"
+    assert parser.parse_args([*base, "--guidance-limit", "3"]).guidance_limit == 3
+    with pytest.raises(SystemExit):
+        parser.parse_args([*base, "--guidance-limit", "0"])
+    assert "positive integer" in capsys.readouterr().err
