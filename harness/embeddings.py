@@ -17,6 +17,7 @@ from __future__ import annotations
 import abc
 import hashlib
 import importlib
+import importlib.util
 import logging
 import os
 import re
@@ -539,11 +540,18 @@ class CachedEmbedder(Embedder):
 
 
 def local_available() -> tuple[bool, str]:
-    """Whether sentence-transformers and the gt model package import; the reason if not."""
-    try:
-        importlib.import_module("sentence_transformers")
-    except Exception as e:  # noqa: BLE001
-        return False, f"sentence-transformers cannot be imported ({type(e).__name__}: {e})"
+    """Whether sentence-transformers and the gt model package are installed; the reason if not.
+
+    Looked up, not imported: importing sentence-transformers pulls in torch and transformers (about
+    10 s on two cores), which a resumed or finished run that embeds nothing must not pay. A package
+    that is installed but broken fails on the first embedding, with its import error."""
+    for pkg in ("sentence_transformers", "torch"):
+        try:
+            found = importlib.util.find_spec(pkg) is not None
+        except (ImportError, ValueError) as e:
+            return False, f"{pkg} cannot be found ({type(e).__name__}: {e})"
+        if not found:
+            return False, f"{pkg.replace('_', '-')} is not installed (pip install -e \".[local]\")"
     try:
         local_model_path()
     except ModelUnavailableError as e:
