@@ -1,19 +1,43 @@
-"""Task-time evidence shared by several methods: the Hybrid RAG index of a source.
+"""Task-time evidence shared by several methods: the Hybrid RAG index of a source, and the two
+task-time options of the paper's appendix studies that several methods accept.
 
 The index depends only on the source and the embedding model, so it is one shared artifact that
 Hybrid RAG, SourceLearn and AWM all reuse (built once, loaded read-only).
+
+The options (both off by default; each method's docstring says how it applies them):
+
+- ``match_context_file`` (Table 2, matched context budgets): a JSON file ``{"targets": {key: tokens}}``
+  with ``key = context_key(source, seed, task_id)`` and the prompt tokens (characters / 4) the
+  reference method used on that task. A method reads further down its own ranking, whole items in
+  rank order, while the prompt stays within the target, never fewer items than it natively returns
+  (``longest_within``). A task without a target is a scored failure (``MISSING_TARGET``).
+- ``exclude_gold`` (Figure 5b, gold document removed): the task's gold elements
+  (``gold_document_elements``) are kept out of retrieval. A task without gold labels is a scored
+  failure (``NO_GOLD``): silently answering it with full retrieval would inflate the "removed" cell.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, ClassVar, TypeVar
 
-from harness.data import Evidence, Source
-from harness.method import Context
+from pydantic import model_serializer
+
+from harness.data import Answer, Evidence, Source, Task, estimate_tokens
+from harness.method import Context, MethodConfig
 from harness.retrieval import HybridIndex
 
 TOP_K = 8
 CODE_PER_FILE_CAP = 3
+
+GOLD_KEY = "gold_element_ids"
+GOLD_DOCS_KEY = "gold_doc_ids"
+MISSING_TARGET = "match_context: no reference context size for this task"
+NO_GOLD = "exclude_gold: the task has no gold element labels"
+
+T = TypeVar("T")
 
 
 def index_inputs(source: Source, embedder_name: str) -> dict:
@@ -41,6 +65,115 @@ async def load_index(ctx: Context) -> HybridIndex:
     return _CACHE[key]
 
 
-def retrieve(index: HybridIndex, source: Source, query: str, k: int = TOP_K) -> list[Evidence]:
+def retrieve(index: HybridIndex, source: Source, query: str, k: int = TOP_K,
+             exclude: set[str] | None = None) -> list[Evidence]:
+    """Hybrid RAG's top ``k`` (per-file cap for code), without the elements in ``exclude``."""
     cap = CODE_PER_FILE_CAP if source.kind == "code" else None
-    return index.search(query, k=k, per_file_cap=cap)
+    restrict = {e.id for e in source.elements} - exclude if exclude else None
+    return index.search(query, k=k, per_file_cap=cap, restrict_to=restrict)
+
+
+# -- task-time options -------------------------------------------------------------------------------
+
+
+class TaskTimeConfig(MethodConfig):
+    """A method config with task-time options that were added after runs existed.
+
+    The runner keys a method's artifact on its dumped config, and reproduce compares dumped configs
+    with those recorded in a run folder. An option named in ``TASK_TIME_OPTIONS`` is therefore left
+    out of ``model_dump()`` while it is at its default: adding the option keeps the keys and recorded
+    settings of earlier runs valid, and a run that sets it still records (and is keyed on) it.
+    """
+
+    TASK_TIME_OPTIONS: ClassVar[tuple[str, ...]] = ()
+
+    @model_serializer(mode="wrap")
+    def _omit_default_options(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        fields = type(self).model_fields
+        for name in self.TASK_TIME_OPTIONS:
+            if name in data and data[name] == fields[name].default:
+                del data[name]
+        return data
+
+
+def context_key(source_id: str, seed: int, task_id: str) -> str:
+    return f"{source_id}\t{seed}\t{task_id}"
+
+
+def load_targets(path: str | None) -> dict[str, int] | None:
+    """The per-task prompt-token targets of a ``match_context_file`` (None when the option is off)."""
+    return json.loads(Path(path).read_text(encoding="utf-8"))["targets"] if path else None
+
+
+def task_target(targets: dict[str, int], task: Task, ctx: Context) -> int | None:
+    t = targets.get(context_key(task.source_id, ctx.seed, task.id))
+    return None if t is None else int(t)
+
+
+def gold_element_ids(task: Task) -> set[str]:
+    """The elements a benchmark labels as the gold evidence of a task (empty when it has none)."""
+    return {str(x) for x in task.metadata.get(GOLD_KEY) or []}
+
+
+def gold_document_elements(task: Task, source: Source) -> set[str]:
+    """The labelled gold elements plus every element of the task's gold documents."""
+    docs = {str(x) for x in task.metadata.get(GOLD_DOCS_KEY) or []}
+    in_docs = {e.id for e in source.elements if docs and str(e.metadata.get("doc_id", "")) in docs}
+    return gold_element_ids(task) | in_docs
+
+
+def failure(reason: str) -> Answer:
+    """A scored failure decided before any model call (no target, no gold labels)."""
+    return Answer(text="", failed=True, failure_reason=reason)
+
+
+def prompt_tokens(ctx: Context, task: Task, evidence: list[Evidence], notes: str = "") -> int:
+    """The size of the shared answer prompt as the runner records it (``Answer.context_tokens``)."""
+    return estimate_tokens("".join(m["content"] for m in ctx.benchmark.build_prompt(task, evidence, notes)))
+
+
+def longest_within(items: Sequence[T], target: int, floor: int, size: Callable[[Sequence[T]], int]) -> list[T]:
+    """The longest prefix of ``items`` with ``size(prefix) <= target``, but at least ``floor`` items.
+
+    ``size`` must grow with the prefix (a prompt does as evidence is added), so a binary search finds
+    the last prefix that fits; the floor keeps the method's native retrieval when the target is small.
+    """
+    lo, hi = min(floor, len(items)), len(items)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if size(items[:mid]) <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    return list(items[:lo])
+
+
+def read_further(index: HybridIndex, source: Source, task: Task, ctx: Context, target_tokens: int, top_k: int,
+                 cap: int | None, restrict_to: set[str] | None = None) -> list[Evidence]:
+    """Hybrid RAG's ranking read whole elements at a time up to ``target_tokens`` of prompt.
+
+    The native fused ranking (top 30 + 30 candidates) comes first, so the first ``top_k`` are exactly
+    what Hybrid RAG natively returns; the fused ranking over every element continues it. The per-file
+    cap still applies to code.
+    """
+    native = index.rank(task.question, per_file_cap=cap, restrict_to=restrict_to)
+    seen = {e.element_id for e in native}
+    per_file: dict[str, int] = {}
+
+    def group(e: Evidence) -> str:
+        el = source.element(e.element_id)
+        return (el.path if el else "") or e.element_id
+
+    for e in native:
+        per_file[group(e)] = per_file.get(group(e), 0) + 1
+    ranking = list(native)
+    for e in index.rank(task.question, candidates=max(1, len(index)), restrict_to=restrict_to):
+        if e.element_id in seen:
+            continue
+        g = group(e)
+        if cap is not None and per_file.get(g, 0) >= cap:
+            continue
+        per_file[g] = per_file.get(g, 0) + 1
+        ranking.append(e)
+    return longest_within(ranking, target_tokens, top_k, lambda ev: prompt_tokens(ctx, task, list(ev)))

@@ -19,18 +19,34 @@ Two task-time options serve the paper's appendix studies (both off by default):
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-from harness.data import Answer, Evidence, Source, Task, estimate_tokens
+from harness.data import Answer, Source, Task
 from harness.method import Context, LearnContext, Method, MethodConfig
-from harness.retrieval import HybridIndex
 
-from .evidence import CODE_PER_FILE_CAP, TOP_K, ensure_index, load_index
+from .evidence import (
+    CODE_PER_FILE_CAP,
+    GOLD_DOCS_KEY,
+    GOLD_KEY,
+    MISSING_TARGET,
+    NO_GOLD,
+    TOP_K,
+    context_key,
+    ensure_index,
+    failure,
+    gold_document_elements,
+    gold_element_ids,
+    load_index,
+    load_targets,
+    read_further,
+    task_target,
+)
 
-GOLD_KEY = "gold_element_ids"
-GOLD_DOCS_KEY = "gold_doc_ids"
+# The task-time helpers live in ``evidence`` (shared with RAPTOR, HippoRAG 2 and SourceLearn); they
+# stay importable from here for callers written before the move.
+__all__ = ["GOLD_DOCS_KEY", "GOLD_KEY", "HybridRAG", "HybridRAGConfig", "context_key", "gold_document_elements",
+           "gold_element_ids", "read_further"]
 
 
 class HybridRAGConfig(MethodConfig):
@@ -38,56 +54,6 @@ class HybridRAGConfig(MethodConfig):
     code_per_file_cap: int = CODE_PER_FILE_CAP
     match_context_file: str | None = None  # per-task prompt tokens to read up to (Table 2)
     exclude_gold: bool = False  # remove the task's gold elements from retrieval (Figure 5b)
-
-
-def gold_element_ids(task: Task) -> set[str]:
-    """The elements a benchmark labels as the gold evidence of a task (empty when it has none)."""
-    return {str(x) for x in task.metadata.get(GOLD_KEY) or []}
-
-
-def gold_document_elements(task: Task, source: Source) -> set[str]:
-    """The labelled gold elements plus every element of the task's gold documents."""
-    docs = {str(x) for x in task.metadata.get(GOLD_DOCS_KEY) or []}
-    in_docs = {e.id for e in source.elements if docs and str(e.metadata.get("doc_id", "")) in docs}
-    return gold_element_ids(task) | in_docs
-
-
-def context_key(source_id: str, seed: int, task_id: str) -> str:
-    return f"{source_id}\t{seed}\t{task_id}"
-
-
-def read_further(index: HybridIndex, source: Source, task: Task, ctx: Context, target_tokens: int, top_k: int,
-                 cap: int | None, restrict_to: set[str] | None = None) -> list[Evidence]:
-    """The longest prefix of the extended ranking whose prompt stays within ``target_tokens``."""
-    native = index.rank(task.question, per_file_cap=cap, restrict_to=restrict_to)
-    seen = {e.element_id for e in native}
-    per_file: dict[str, int] = {}
-    for e in native:
-        el = source.element(e.element_id)
-        g = (el.path if el else "") or e.element_id
-        per_file[g] = per_file.get(g, 0) + 1
-    ranking = list(native)
-    for e in index.rank(task.question, candidates=max(1, len(index)), restrict_to=restrict_to):
-        if e.element_id in seen:
-            continue
-        el = source.element(e.element_id)
-        g = (el.path if el else "") or e.element_id
-        if cap is not None and per_file.get(g, 0) >= cap:
-            continue
-        per_file[g] = per_file.get(g, 0) + 1
-        ranking.append(e)
-
-    def tokens(n: int) -> int:
-        return estimate_tokens("".join(m["content"] for m in ctx.benchmark.build_prompt(task, ranking[:n])))
-
-    lo, hi = min(top_k, len(ranking)), len(ranking)  # prompt size grows with n: binary search the last fit
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if tokens(mid) <= target_tokens:
-            lo = mid
-        else:
-            hi = mid - 1
-    return ranking[:lo]
 
 
 class HybridRAG(Method):
@@ -103,8 +69,7 @@ class HybridRAG(Method):
         return {"index": folder.name, "n_elements": len(source.elements)}
 
     def load(self, artifact_dir: Path, ctx: Context) -> Any:
-        path = self.config.match_context_file
-        return json.loads(Path(path).read_text(encoding="utf-8"))["targets"] if path else None
+        return load_targets(self.config.match_context_file)
 
     async def answer(self, task: Task, state: Any, ctx: Context) -> Answer:
         index = await load_index(ctx)
@@ -113,15 +78,15 @@ class HybridRAG(Method):
         if self.config.exclude_gold:
             gold = gold_document_elements(task, ctx.source)
             if not gold:
-                return Answer(text="", failed=True, failure_reason="exclude_gold: the task has no gold element labels")
+                return failure(NO_GOLD)
             restrict = {e.id for e in ctx.source.elements} - gold
         if state is None:
             evidence = index.search(task.question, k=self.config.top_k, per_file_cap=cap, restrict_to=restrict)
             return await ctx.solve(task, evidence)
-        target = state.get(context_key(task.source_id, ctx.seed, task.id))
+        target = task_target(state, task, ctx)
         if target is None:
-            return Answer(text="", failed=True, failure_reason="match_context: no reference context size for this task")
-        evidence = read_further(index, ctx.source, task, ctx, int(target), self.config.top_k, cap, restrict)
+            return failure(MISSING_TARGET)
+        evidence = read_further(index, ctx.source, task, ctx, target, self.config.top_k, cap, restrict)
         answer = await ctx.solve(task, evidence)
-        answer.metadata["matched_target_tokens"] = int(target)
+        answer.metadata["matched_target_tokens"] = target
         return answer

@@ -1,7 +1,8 @@
 """Data some tables need beyond the scored rows, derived once per run folder into ``reproduce/``.
 
 - ``matched_<method>.json`` (Table 2): the prompt tokens a reference method used on every test task,
-  which the budget-matched counterparts read up to (``methods.hybrid_rag``'s ``match_context_file``).
+  which the budget-matched counterparts read up to (the ``match_context_file`` option of Hybrid RAG,
+  RAPTOR and HippoRAG 2; ``methods.evidence``).
 - ``regions.json`` (Table 5): for every test and guidance task of every split, the source region it
   touches, and whether a test task's region overlaps any guidance task's (seen) or not (unseen).
 - ``cycles.json`` (Table 6): units and observations of the model after c self-directed cycles.
@@ -46,7 +47,7 @@ REGION_DEFINITION = (
 def matched_targets(run_dir: Path, reference: str) -> tuple[dict[str, int], int]:
     """(targets, missing): the reference's prompt tokens per ``source\\tseed\\ttask`` key, and how many
     test tasks scored by other methods of the folder it has not scored yet."""
-    from methods.hybrid_rag import context_key
+    from methods.evidence import context_key
 
     data = load_run(run_dir)
     targets = {context_key(r["source"], int(r["seed"]), str(r["task_id"])): int(r.get("context_tokens") or 0)
@@ -67,7 +68,7 @@ def write_matched(run_dir: Path, reference: str) -> tuple[Path, int]:
 
 def gold_ids(task: Task, source: Source) -> list[str]:
     """Labelled gold elements; else every element of the labelled gold documents; else none."""
-    from methods.hybrid_rag import gold_document_elements, gold_element_ids
+    from methods.evidence import gold_document_elements, gold_element_ids
 
     return sorted(gold_element_ids(task) or gold_document_elements(task, source))
 
