@@ -12,7 +12,8 @@ does) with ``--max-connections C`` (the model concurrency) and ``--max-samples``
   flight (union of the server's reply intervals), i.e. everything that is not waiting for the
   model: loading data, splits, learning, bookkeeping, writing rows, the report; goal <= 10 %;
 * CPU per task (this process), and the same numbers for inspect-ai alone (a solver that only
-  sleeps for the latency, same concurrency and log settings): the floor set by the engine.
+  sleeps for the latency, same concurrency and log settings) and for inspect-ai with its model
+  API (one real call per sample to the same server, no SourceBench): the floors set by the engine.
 
     python benchmarks/throughput_bench.py                       # 1,000 tasks, C=10, 200 ms
     python benchmarks/throughput_bench.py --concurrency 5,10,20 # a sweep
@@ -154,6 +155,37 @@ def inspect_only(n: int, conc: int, latency: float, log_dir: Path) -> dict:
             "inspect_only_cpu_ms_per_task": round(1000 * cpu / n, 1)}
 
 
+def inspect_generate(n: int, conc: int, latency: float, log_dir: Path, model: str, samples: int) -> dict:
+    """inspect-ai plus its model API, no SourceBench: each sample makes one real call to the test
+    server through inspect's OpenAI-compatible provider (request building, HTTP, events, usage).
+    This is the floor the harness's own per-task cost sits on."""
+    import asyncio
+    import resource
+
+    from inspect_ai import Task, eval_async
+    from inspect_ai.dataset import MemoryDataset, Sample
+    from inspect_ai.scorer import Score, mean, scorer
+    from inspect_ai.solver import generate
+
+    @scorer(metrics=[mean()])
+    def one():
+        async def score(state, target):
+            return Score(value=1.0)
+        return score
+
+    task = Task(dataset=MemoryDataset([Sample(id=str(i), input=f"Question {i}: who is the mother of person {i}?",
+                                              target="x") for i in range(n)]),
+                solver=generate(), scorer=one(), name="inspect-generate")
+    r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    asyncio.run(eval_async(task, model=model, log_dir=str(log_dir), max_samples=samples, max_connections=conc,
+                           log_realtime=False, score_display=False, max_tokens=64))
+    wall, r1 = time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return {"inspect_generate_tasks_per_s": round(n / wall, 2),
+            "inspect_generate_pct_of_ceiling": round(100 * n / wall / (conc / latency), 1),
+            "inspect_generate_cpu_ms_per_task": round(1000 * cpu / n, 1)}
+
+
 def run_once(data: Path, out: Path, model: str, methods: list[str], n_tasks: int, conc: int,
              report: bool = False, samples: int | None = None) -> tuple[float, dict]:
     from harness.runner import RunConfig, Runner
@@ -238,6 +270,9 @@ def main() -> None:
             res["import_s"] = round(import_s, 2)
             if not args.no_inspect_baseline:
                 res.update(inspect_only(args.tasks, conc, args.latency, work / "inspect-only-logs"))  # C samples
+                server.reset()
+                res.update(inspect_generate(args.tasks, conc, args.latency, work / "inspect-generate-logs",
+                                            "openai-api/fault/ok", samples))
             results.append(res)
             for k, v in res.items():
                 print(f"{k:28s} {v}")
