@@ -9,11 +9,26 @@ Evidence ids are node ids (``raptor:L1:N3``); the source elements they cover are
 
 Defaults are the official ones (parthsarthi03/raptor; paper Appendix A.2 of SourceLearn). Where
 this implementation departs from the official code, ``RAPTOR.deviations`` says so.
+
+Two task-time options (off by default; see ``methods.evidence``) serve the paper's appendix studies:
+
+- ``match_context_file`` (Table 2): instead of the native cut (top 10 within 3,500 tokens), the
+  method reads further down the same collapsed-tree ranking of all nodes, whole nodes in rank order,
+  while the answer prompt stays within the reference method's tokens on that task; never fewer
+  nodes than the native cut returns. A task without a target is a scored failure.
+- ``exclude_gold`` (Figure 5b): every node whose text draws on a gold element of the task is
+  removed from the ranking: leaf chunks holding a gold element (a chunk spanning a gold and a
+  non-gold element goes too) and every summary above such a leaf. A summary paraphrases its
+  leaves, so keeping it would hand the solver the removed document in other words; rebuilding the
+  tree without the gold document per task would cost a tree build per question. Summaries high in
+  the tree cover much of the source, so more than the gold leaves is removed: the price of the
+  removal being complete. A task without gold labels is a scored failure.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
@@ -21,19 +36,32 @@ from pydantic import Field
 
 from harness.data import Answer, Evidence, Source, Task
 from harness.errors import DataError
-from harness.method import Context, LearnContext, Method, MethodConfig
+from harness.method import Context, LearnContext, Method
 
+from ..evidence import (
+    MISSING_TARGET,
+    NO_GOLD,
+    TaskTimeConfig,
+    failure,
+    gold_document_elements,
+    load_targets,
+    longest_within,
+    prompt_tokens,
+    task_target,
+)
 from .chunking import chunk_elements
 from .clustering import ClusterParams
 
 if TYPE_CHECKING:
-    from .tree import Tree
+    from .tree import Node, Tree
 
 # ``.tree`` is imported where used, so that ``python -m methods.raptor.tree DIR`` runs it fresh.
-__all__ = ["RAPTOR", "RAPTORConfig", "summary_messages"]
+__all__ = ["RAPTOR", "RAPTORConfig", "RaptorState", "summary_messages"]
 
 
-class RAPTORConfig(MethodConfig):
+class RAPTORConfig(TaskTimeConfig):
+    TASK_TIME_OPTIONS = ("match_context_file", "exclude_gold")
+
     chunk_tokens: int = Field(100, ge=1)
     num_layers: int = Field(5, ge=0)
     reduction_dimension: int = Field(10, ge=1)
@@ -46,6 +74,8 @@ class RAPTORConfig(MethodConfig):
     retrieve_max_tokens: int = Field(3500, ge=1)
     top_k: int = Field(10, ge=1)
     seed: int = 224  # every UMAP / mixture fit; the official clustering module's seed
+    match_context_file: str | None = None  # per-task prompt tokens to read up to (Table 2)
+    exclude_gold: bool = False  # drop nodes drawing on the task's gold elements (Figure 5b)
 
     def cluster_params(self) -> ClusterParams:
         return ClusterParams(
@@ -115,25 +145,56 @@ class RAPTOR(Method):
             "build_seconds": round(time.perf_counter() - t0, 3),
         }
 
-    def load(self, artifact_dir: Path, ctx: Context) -> Tree:
+    def load(self, artifact_dir: Path, ctx: Context) -> RaptorState:
         from .tree import Tree
 
         tree = Tree.load(artifact_dir)
         if tree.embedder != ctx.embedder.name:
             raise DataError(f"RAPTOR tree {artifact_dir}: built with embedder {tree.embedder!r}, "
                             f"answering with {ctx.embedder.name!r}; rebuild it")
-        return tree
+        return RaptorState(tree, load_targets(self.config.match_context_file))
 
-    async def answer(self, task: Task, state: Tree, ctx: Context) -> Answer:
-        from .tree import collapsed_retrieve
+    async def answer(self, task: Task, state: RaptorState, ctx: Context) -> Answer:
+        from .tree import covering, rank_nodes, take_within
 
         cfg: RAPTORConfig = self.config  # type: ignore[assignment]
+        tree, targets = state.tree, state.targets
+        skip: set[int] = set()
+        if cfg.exclude_gold:
+            gold = gold_document_elements(task, ctx.source)
+            if not gold:
+                return failure(NO_GOLD)
+            skip = covering(tree, gold)
+        target = None
+        if targets is not None:
+            target = task_target(targets, task, ctx)
+            if target is None:
+                return failure(MISSING_TARGET)
         query = ctx.embedder.embed([task.question])[0]
-        if state.nodes and query.shape[0] != state.embeddings.shape[1]:
-            raise DataError(f"RAPTOR: query embedding has {query.shape[0]} dims, tree has {state.embeddings.shape[1]}")
-        picked = collapsed_retrieve(state, query, cfg.retrieve_max_tokens, cfg.top_k)
-        evidence = [Evidence(element_id=n.key, title=n.title, text=n.text, score=s) for n, s in picked]
-        answer = await ctx.solve(task, evidence)
+        if tree.nodes and query.shape[0] != tree.embeddings.shape[1]:
+            raise DataError(f"RAPTOR: query embedding has {query.shape[0]} dims, tree has {tree.embeddings.shape[1]}")
+        ranked = rank_nodes(tree, query, skip)
+        picked = take_within(ranked, cfg.retrieve_max_tokens, cfg.top_k)
+        if target is not None:
+            picked = longest_within(ranked, target, len(picked),
+                                    lambda p: prompt_tokens(ctx, task, [_evidence(n, s) for n, s in p]))
+        answer = await ctx.solve(task, [_evidence(n, s) for n, s in picked])
         covered = list(dict.fromkeys(e for n, _ in picked for e in n.element_ids))
-        return answer.model_copy(update={"metadata": {**answer.metadata, "source_element_ids": covered,
-                                                      "node_layers": [n.layer for n, _ in picked]}})
+        meta = {**answer.metadata, "source_element_ids": covered, "node_layers": [n.layer for n, _ in picked]}
+        if target is not None:
+            meta["matched_target_tokens"] = target
+        if cfg.exclude_gold:
+            meta["excluded_nodes"] = len(skip)
+        return answer.model_copy(update={"metadata": meta})
+
+
+@dataclass
+class RaptorState:
+    """What answering needs: the tree and, with ``match_context_file``, the per-task targets."""
+
+    tree: Tree
+    targets: dict[str, int] | None = None
+
+
+def _evidence(node: Node, score: float) -> Evidence:
+    return Evidence(element_id=node.key, title=node.title, text=node.text, score=score)

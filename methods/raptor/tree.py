@@ -187,22 +187,38 @@ async def build_tree(
 # -- retrieval --------------------------------------------------------------------------------------
 
 
-def collapsed_retrieve(tree: Tree, query: np.ndarray, max_tokens: int = 3500, top_k: int = 10) -> list[tuple[Node, float]]:
-    """Collapsed tree: all nodes of all layers by cosine, best first (ties: lower index), taken until
-    the next one would exceed ``max_tokens`` (the official loop stops there) or ``top_k`` are taken."""
+def rank_nodes(tree: Tree, query: np.ndarray, skip: frozenset[int] | set[int] = frozenset()) -> list[tuple[Node, float]]:
+    """Every node of every layer by cosine to ``query``, best first (ties: lower index), minus ``skip``."""
     if not tree.nodes:
         return []
     scores = tree.embeddings @ np.asarray(query, dtype=np.float32)
     order = np.lexsort((np.arange(len(scores)), -scores))
+    return [(tree.nodes[i], float(scores[i])) for i in order.tolist() if i not in skip]
+
+
+def take_within(ranked: list[tuple[Node, float]], max_tokens: int, top_k: int) -> list[tuple[Node, float]]:
+    """The collapsed-tree cut: nodes in rank order until the next one would exceed ``max_tokens``
+    (the official loop stops there) or ``top_k`` are taken."""
     picked: list[tuple[Node, float]] = []
     total = 0
-    for i in order.tolist():
-        node = tree.nodes[i]
+    for node, score in ranked:
         if total + node.tokens > max_tokens or len(picked) >= top_k:
             break
-        picked.append((node, float(scores[i])))
+        picked.append((node, score))
         total += node.tokens
     return picked
+
+
+def collapsed_retrieve(tree: Tree, query: np.ndarray, max_tokens: int = 3500, top_k: int = 10,
+                       skip: frozenset[int] | set[int] = frozenset()) -> list[tuple[Node, float]]:
+    """Collapsed tree: all nodes of all layers by cosine (``rank_nodes``), cut by ``take_within``."""
+    return take_within(rank_nodes(tree, query, skip), max_tokens, top_k)
+
+
+def covering(tree: Tree, element_ids: set[str]) -> set[int]:
+    """Indices of the nodes whose text draws on any of ``element_ids``: leaves holding such an
+    element and every summary above such a leaf (a node's ``element_ids`` are its subtree's)."""
+    return {n.index for n in tree.nodes if not element_ids.isdisjoint(n.element_ids)}
 
 
 # -- inspection -------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""RAPTOR: chunking, layer construction, failed summaries, collapsed-tree budget, artifact, guards.
+"""RAPTOR: chunking, layer construction, failed summaries, collapsed-tree budget, artifact, guards,
+and the task-time options (matched context budget, gold elements excluded).
 
 Most tests replace the UMAP/GMM clustering by a fixed grouping (``fixed_groups``) so that they run
 in milliseconds and the layer structure is known exactly; the two ``slow`` tests run the real
@@ -18,17 +19,18 @@ from pydantic import ValidationError
 
 from adapters.base import Benchmark
 from harness.artifacts import ArtifactStore
-from harness.data import Answer, Element, Score, Source, Task, estimate_tokens
+from harness.data import Answer, Element, Evidence, Score, Source, Task, estimate_tokens
 from harness.embeddings import HashEmbedder
 from harness.errors import DataError
 from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
 from harness.method import Context, LearnContext
 from harness.providers import scripted
+from methods.evidence import context_key, prompt_tokens
 from methods.raptor import RAPTOR
 from methods.raptor import tree as tree_mod
 from methods.raptor.chunking import chunk_elements, split_sentences
 from methods.raptor.clustering import ClusterParams, cluster_nodes
-from methods.raptor.tree import Node, Tree, collapsed_retrieve, format_tree
+from methods.raptor.tree import Node, Tree, collapsed_retrieve, covering, format_tree
 
 TOPICS = {
     "astronomy": "comet nebula orbit telescope galaxy quasar eclipse meteor planet crater",
@@ -313,6 +315,78 @@ def test_clustering_guards_without_umap():
     assert cluster_nodes(np.zeros((0, 4)), [], params) == []
     assert cluster_nodes(np.ones((1, 4)), [10], params) == [[0]]
     assert cluster_nodes(np.eye(2, 4), [5000, 5000], params) == [[0, 1]]  # over the cap, but < 3 points
+
+
+# -- task-time options (Table 2, Figure 5b) ------------------------------------------------------------
+
+
+def _options_tree(tmp_path: Path, monkeypatch):
+    """24 one-chunk leaves summarised in threes: layers [24, 8]; summary 24 + k covers leaves 3k..3k+2."""
+    monkeypatch.setattr(tree_mod, "cluster_nodes", fixed_groups(3))
+    scripted.set_script(summary_script())
+    _, stats, lctx, tctx, _ = learn(tmp_path, make_source(24))
+    assert stats["layer_counts"] == [24, 8]
+    return lctx.workdir, tctx
+
+
+def _ask(method: RAPTOR, folder: Path, ctx: Context, task: Task) -> Answer:
+    return asyncio.run(method.answer(task, method.load(folder, ctx), ctx))
+
+
+def _nodes_as_evidence(tree: Tree, keys: list[str]) -> list[Evidence]:
+    by_key = {n.key: n for n in tree.nodes}
+    return [Evidence(element_id=k, title=by_key[k].title, text=by_key[k].text) for k in keys]
+
+
+def test_matched_budget_reads_further_down_the_node_ranking(tmp_path, monkeypatch):
+    folder, ctx = _options_tree(tmp_path, monkeypatch)
+    task = Task(id="q", source_id="toy", question="Record 5 about sailing: mainsail and tiller?")
+    native = _ask(RAPTOR({"top_k": 3}), folder, ctx, task)
+    assert len(native.evidence_ids) == 3
+
+    def matched(target: int, task: Task = task) -> Answer:
+        path = tmp_path / f"targets-{target}.json"
+        path.write_text(json.dumps({"targets": {context_key("toy", 0, "q"): target}}))
+        return _ask(RAPTOR({"top_k": 3, "match_context_file": str(path)}), folder, ctx, task)
+
+    everything = matched(10**6)  # past both native caps: every node of every layer, in rank order
+    assert len(everything.evidence_ids) == 32 and everything.evidence_ids[:3] == native.evidence_ids
+    target = native.context_tokens + 150
+    wide = matched(target)
+    n = len(wide.evidence_ids)
+    assert n > 3 and wide.evidence_ids == everything.evidence_ids[:n]
+    assert native.context_tokens < wide.context_tokens <= target
+    tree = Tree.load(folder)
+    one_more = _nodes_as_evidence(tree, everything.evidence_ids[:n + 1])
+    assert prompt_tokens(ctx, task, one_more) > target  # it stopped just under the target
+    assert wide.metadata["matched_target_tokens"] == target
+    assert matched(1).evidence_ids == native.evidence_ids  # never below what it natively returns
+    lost = matched(target, task.model_copy(update={"id": "other"}))
+    assert lost.failed and lost.failure_reason.startswith("match_context") and not lost.evidence_ids
+
+
+def test_excluding_gold_removes_gold_leaves_and_the_summaries_above_them(tmp_path, monkeypatch):
+    folder, ctx = _options_tree(tmp_path, monkeypatch)
+    tree = Tree.load(folder)
+    assert covering(tree, {"e005"}) == {5, 24 + 1}  # the leaf and the summary of leaves 3..5
+    task = Task(id="q", source_id="toy", question="Record 5 about sailing: mainsail and tiller?",
+                metadata={"gold_element_ids": ["e005"]})
+    native = _ask(RAPTOR(), folder, ctx, task)
+    assert "e005" in native.metadata["source_element_ids"]  # the gold leaf is retrieved natively
+    removed = _ask(RAPTOR({"exclude_gold": True}), folder, ctx, task)
+    assert len(removed.evidence_ids) == len(native.evidence_ids)
+    assert "e005" not in removed.metadata["source_element_ids"]
+    assert not {"raptor:L0:N5", "raptor:L1:N25"} & set(removed.evidence_ids)
+    assert removed.metadata["excluded_nodes"] == 2
+    unlabelled = _ask(RAPTOR({"exclude_gold": True}), folder, ctx, task.model_copy(update={"metadata": {}}))
+    assert unlabelled.failed and unlabelled.failure_reason.startswith("exclude_gold")
+
+
+def test_task_time_options_at_their_defaults_leave_the_dumped_config_unchanged():
+    """The artifact key hashes the dumped config: an option left off must not change earlier keys."""
+    dumped = RAPTOR().config.model_dump()
+    assert "exclude_gold" not in dumped and "match_context_file" not in dumped
+    assert RAPTOR({"exclude_gold": True}).config.model_dump()["exclude_gold"] is True
 
 
 # -- real clustering (UMAP + GMM) -----------------------------------------------------------------
