@@ -10,6 +10,18 @@ prompt (the paper's Appendix A.2 matches Hybrid RAG's evidence budget). See ``gr
 
 The official package cannot be installed offline (it imports vllm and pins a non-existent openai),
 so this is a reimplementation with igraph, checked against the package's source.
+
+Two task-time options (off by default; see ``methods.evidence``) serve the paper's appendix studies:
+
+- ``match_context_file`` (Table 2): the method reads further down its passage ranking (PPR, or the
+  dense fallback), whole passages in rank order, while the answer prompt stays within the
+  reference method's tokens on that task; never fewer than ``top_k`` passages. A task without a
+  target is a scored failure.
+- ``exclude_gold`` (Figure 5b): the task's gold passages are dropped from the passage ranking,
+  whichever mode produced it (PPR or dense fallback), before the top passages are taken. The graph,
+  its facts and the recognition filter are the learned artifact and stay as learned (as SourceLearn
+  keeps its source model): they only steer the ranking, and no gold passage reaches the solver.
+  A task without gold labels is a scored failure.
 """
 
 from __future__ import annotations
@@ -21,9 +33,20 @@ from typing import Any, ClassVar
 
 from harness.data import Answer, Element, Evidence, Source, Task
 from harness.errors import DataError
-from harness.method import Context, LearnContext, Method, MethodConfig
+from harness.method import Context, LearnContext, Method
 from harness.retrieval import EXCERPT_CHARS
 
+from ..evidence import (
+    MISSING_TARGET,
+    NO_GOLD,
+    TaskTimeConfig,
+    failure,
+    gold_document_elements,
+    load_targets,
+    longest_within,
+    prompt_tokens,
+    task_target,
+)
 from .artifact import load_graph, save_graph
 from .graph import SYNONYM_MAX_NEIGHBOURS, SYNONYM_THRESHOLD, build_graph
 from .openie import extract_all
@@ -32,7 +55,8 @@ from .retrieve import HippoRetriever, QuerySettings, Ranking
 __all__ = ["HippoRAG2", "HippoRAG2Config"]
 
 
-class HippoRAG2Config(MethodConfig):
+class HippoRAG2Config(TaskTimeConfig):
+    TASK_TIME_OPTIONS = ("match_context_file", "exclude_gold")
     top_k: int = 8  # passages to the solver (Appendix A.2: Hybrid RAG's budget)
     openie_chars: int = EXCERPT_CHARS  # element text shown to the extraction prompts
     synonym_threshold: float = SYNONYM_THRESHOLD
@@ -42,12 +66,15 @@ class HippoRAG2Config(MethodConfig):
     link_top_k: int = 5
     passage_node_weight: float = 0.05
     damping: float = 0.5
+    match_context_file: str | None = None  # per-task prompt tokens to read up to (Table 2)
+    exclude_gold: bool = False  # drop the task's gold passages from the ranking (Figure 5b)
 
 
 @dataclass
 class HippoState:
     retriever: HippoRetriever
     elements: list[Element]  # in passage-node order
+    targets: dict[str, int] | None = None  # match_context_file: prompt tokens per task
 
 
 class HippoRAG2(Method):
@@ -105,18 +132,39 @@ class HippoRAG2(Method):
             if e is None or e.fingerprint != fp:
                 raise DataError(f"hipporag2 artifact {artifact_dir}: element {pid!r} changed or vanished; rebuild it")
             elements.append(e)
-        return HippoState(HippoRetriever(data, ctx.embedder, self._settings()), elements)
+        return HippoState(HippoRetriever(data, ctx.embedder, self._settings()), elements,
+                          load_targets(self.config.match_context_file))
 
-    def evidence(self, ranking: Ranking, state: HippoState) -> list[Evidence]:
+    def evidence(self, ranking: Ranking, state: HippoState, n: int | None = None) -> list[Evidence]:
+        """The first ``n`` passages of the ranking (``top_k`` by default) as evidence."""
         out = []
-        for i, score in zip(ranking.passages[: self.config.top_k], ranking.scores):
+        for i, score in zip(ranking.passages[: self.config.top_k if n is None else n], ranking.scores):
             e = state.elements[i]
             out.append(Evidence(element_id=e.id, title=e.title, text=e.excerpt(EXCERPT_CHARS), score=score))
         return out
 
     async def answer(self, task: Task, state: HippoState, ctx: Context) -> Answer:
+        gold: set[str] = set()
+        if self.config.exclude_gold:
+            gold = gold_document_elements(task, ctx.source)
+            if not gold:
+                return failure(NO_GOLD)
+        target = None
+        if state.targets is not None:
+            target = task_target(state.targets, task, ctx)
+            if target is None:
+                return failure(MISSING_TARGET)
         ranking = await state.retriever.rank(task.question, ctx.llm)
-        answer = await ctx.solve(task, self.evidence(ranking, state))
+        if gold:
+            ranking = ranking.without({i for i, e in enumerate(state.elements) if e.id in gold})
+        if target is None:
+            evidence = self.evidence(ranking, state)
+        else:
+            full = self.evidence(ranking, state, len(ranking.passages))
+            evidence = longest_within(full, target, self.config.top_k, lambda ev: prompt_tokens(ctx, task, list(ev)))
+        answer = await ctx.solve(task, evidence)
+        if target is not None:
+            answer.metadata["matched_target_tokens"] = target
         answer.metadata["hipporag2"] = {
             "mode": ranking.mode,
             "candidate_facts": [list(f) for f in ranking.candidate_facts],

@@ -15,7 +15,7 @@ Ties anywhere are broken by index (facts and entities in sorted order, passages 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -56,6 +56,11 @@ class Ranking:
     candidate_facts: list[Triple] = field(default_factory=list)
     kept_facts: list[Triple] = field(default_factory=list)
     seeds: dict[str, float] = field(default_factory=dict)  # entity -> reset weight
+
+    def without(self, drop: set[int]) -> Ranking:
+        """The same ranking with the passages in ``drop`` removed (order and scores of the rest kept)."""
+        kept = [(p, s) for p, s in zip(self.passages, self.scores) if p not in drop]
+        return replace(self, passages=[p for p, _ in kept], scores=[s for _, s in kept])
 
 
 def min_max(x: np.ndarray) -> np.ndarray:

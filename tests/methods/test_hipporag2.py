@@ -1,5 +1,6 @@
 """HippoRAG 2 with the scripted model (OpenIE and filter replies dictated per passage) and the hash
-embedder: graph construction, synonym thresholding, two-hop PPR, dense fallback, save/load."""
+embedder: graph construction, synonym thresholding, two-hop PPR, dense fallback, save/load, and the
+task-time options (matched context budget, gold passages excluded)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from harness.errors import DataError
 from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
 from harness.method import Context, LearnContext
 from harness.providers import scripted
+from methods.evidence import context_key, prompt_tokens
 from methods.hipporag2 import HippoRAG2
 from methods.hipporag2.artifact import load_graph
 from methods.hipporag2.graph import build_graph, combine_edges, synonym_eligible, synonym_links
@@ -190,6 +192,57 @@ def test_answer_sends_top_k_ppr_passages(tmp_path):
     assert answer.metadata["hipporag2"]["mode"] == "ppr"
     solver_prompt = next(c for c in scripted.CALLS if c["schema"] is None)["messages"][-1]["content"]
     assert P1.text in solver_prompt and P3.text not in solver_prompt  # the shared answer prompt got the top 2
+
+
+def _answer(method: HippoRAG2, lctx, tctx, task: Task) -> Answer:
+    return asyncio.run(method.answer(task, method.load(lctx.workdir, tctx), tctx))
+
+
+def test_matched_budget_reads_further_down_the_passage_ranking(tmp_path):
+    method, _, lctx, tctx, _ = learned(tmp_path, kept=[list(FOUNDED)], top_k=1)
+    task = Task(id="t1", source_id="toy", question=QUESTION)
+    native = _answer(method, lctx, tctx, task)
+    assert native.evidence_ids == [P1.id]
+
+    def matched(target: int, task: Task = task) -> Answer:
+        path = tmp_path / f"targets-{target}.json"
+        path.write_text(json.dumps({"targets": {context_key("toy", 0, "t1"): target}}))
+        return _answer(HippoRAG2({"top_k": 1, "match_context_file": str(path)}), lctx, tctx, task)
+
+    everything = matched(10**6)
+    state = method.load(lctx.workdir, tctx)
+    ranking = asyncio.run(state.retriever.rank(QUESTION, tctx.llm))
+    assert everything.evidence_ids == [state.elements[i].id for i in ranking.passages]  # the PPR order
+    target = native.context_tokens + 25
+    wide = matched(target)
+    n = len(wide.evidence_ids)
+    assert 1 < n < 4 and wide.evidence_ids == everything.evidence_ids[:n]
+    assert native.context_tokens < wide.context_tokens <= target
+    one_more = method.evidence(ranking, state, n + 1)
+    assert prompt_tokens(tctx, task, one_more) > target  # it stopped just under the target
+    assert wide.metadata["matched_target_tokens"] == target
+    assert matched(1).evidence_ids == native.evidence_ids  # never below top_k
+    lost = matched(target, task.model_copy(update={"id": "other"}))
+    assert lost.failed and lost.failure_reason.startswith("match_context") and not lost.evidence_ids
+
+
+@pytest.mark.parametrize("kept, mode", [([list(FOUNDED)], "ppr"), ([], "dense")])
+def test_excluding_gold_drops_gold_passages_from_either_ranking(tmp_path, kept, mode):
+    method, _, lctx, tctx, _ = learned(tmp_path, kept=kept, top_k=2)
+    task = Task(id="t1", source_id="toy", question=QUESTION, metadata={"gold_element_ids": [P1.id]})
+    native = _answer(method, lctx, tctx, task)
+    assert native.metadata["hipporag2"]["mode"] == mode and P1.id in native.evidence_ids
+    removed = _answer(HippoRAG2({"top_k": 2, "exclude_gold": True}), lctx, tctx, task)
+    assert removed.metadata["hipporag2"]["mode"] == mode
+    assert len(removed.evidence_ids) == 2 and P1.id not in removed.evidence_ids
+    assert P1.text not in scripted.CALLS[-1]["messages"][-1]["content"]
+    unlabelled = _answer(HippoRAG2({"exclude_gold": True}), lctx, tctx, task.model_copy(update={"metadata": {}}))
+    assert unlabelled.failed and unlabelled.failure_reason.startswith("exclude_gold")
+
+
+def test_task_time_options_at_their_defaults_leave_the_dumped_config_unchanged():
+    dumped = HippoRAG2().config.model_dump()  # hashed into the artifact key
+    assert "exclude_gold" not in dumped and "match_context_file" not in dumped
 
 
 def test_recognition_maps_rewritten_facts_and_caps(tmp_path):
