@@ -6,11 +6,13 @@ can import it without importing the method classes that import them.
 
 from __future__ import annotations
 
-from harness.method import MethodConfig
+from ..evidence import TaskTimeConfig
 
 
-class SourceLearnConfig(MethodConfig):
+class SourceLearnConfig(TaskTimeConfig):
     """Defaults follow the paper's Appendix A settings unless noted."""
+
+    TASK_TIME_OPTIONS = ("exclude_gold",)  # left out of dumps at its default (see TaskTimeConfig)
 
     budget_tokens: int = 24000  # B: most source-model tokens shown at task time
     cycles: int = 1  # Inspect-Study-Consolidate cycles of self-directed learning
@@ -24,6 +26,7 @@ class SourceLearnConfig(MethodConfig):
     max_policy_items: int = 8  # at most this many representation preferences
     min_policy_support: int = 2  # a preference needs this many supporting tasks
     large_source_chars: int = 100_000  # above this, regions are LLM-proposed blocks
-    top_k: int = 8  # Hybrid RAG evidence at task time
+    top_k: int = 8  # Hybrid RAG evidence at task time (Figure 5a varies it down to 0)
+    exclude_gold: bool = False  # Hybrid RAG evidence without the task's gold elements (Figure 5b)
     concurrency: int = 4  # concurrent LLM calls within a stage
     seed: int = 0

@@ -9,6 +9,12 @@ its final ``model.json`` and ``stats.json``.
 
 At task time every variant answers the same way: Hybrid RAG top-k evidence plus the activated part
 of its source model (``activation.py``), through the shared answer prompt.
+
+``exclude_gold`` (Figure 5b, the paper's "gold document removed from retrieval"): the Hybrid RAG
+evidence leaves out the task's gold elements, exactly as ``hybrid_rag`` does, while the source model
+is used as learned: it was learned from the whole source, and the study asks what that learned
+understanding is worth when task-local retrieval misses the gold document. A task without gold
+labels is a scored failure. ``top_k`` = 0 (Figure 5a) answers from the activated model alone.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from harness.data import Answer, Source, Task, estimate_tokens
 from harness.io import atomic_write_json
 from harness.method import Context, LearnContext, Method
 
-from ..evidence import load_index, retrieve
+from ..evidence import NO_GOLD, failure, gold_document_elements, load_index, retrieve
 from .activation import activate
 from .config import SourceLearnConfig
 from .construct import construct
@@ -178,8 +184,13 @@ class SourceLearnBase(Method):
         return SourceModel.load(Path(artifact_dir) / MODEL_FILE)
 
     async def answer(self, task: Task, state: SourceModel, ctx: Context) -> Answer:
+        gold: set[str] = set()
+        if self.config.exclude_gold:
+            gold = gold_document_elements(task, ctx.source)
+            if not gold:
+                return failure(NO_GOLD)
         index = await load_index(ctx)
-        evidence = retrieve(index, ctx.source, task.question, k=self.config.top_k)
+        evidence = retrieve(index, ctx.source, task.question, k=self.config.top_k, exclude=gold)
         ev_tokens = estimate_tokens(ctx.benchmark.render_evidence(evidence)) if evidence else 0
         notes, act = await activate(state, ctx.source, task, ctx, self.config, evidence_tokens=ev_tokens)
         ans = await ctx.solve(task, evidence, notes=notes)

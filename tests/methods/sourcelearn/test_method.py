@@ -156,3 +156,33 @@ def test_task_variants_share_ms_and_never_save_the_reference(tmp_path):
     assert sc["shared"]["m0"]["reused"] and "ms" not in sc["shared"] and construct_stages(c) == {}
     for f in list(tmp_path.rglob("*.json")):
         assert "REFSECRET" not in f.read_text(), f
+
+
+def test_gold_removed_evidence_keeps_the_learned_model(tmp_path):
+    """Figure 5b: the Hybrid RAG evidence leaves out the gold elements; the notes come from the same model."""
+    scripted.set_script(SCRIPT)
+    ctx, _ = learn(M.SourceLearnM0(), tmp_path, "m0")
+    sm = M.SourceLearnM0().load(ctx.workdir, ctx)
+    actx = answer_ctx(ctx)
+    gold = ["people/alice.md#family", "places/oslo.md#overview"]
+    task = TEST[0].model_copy(update={"metadata": {"gold_element_ids": gold}})
+    native = run(M.SourceLearnM0({"top_k": 3}).answer(task, sm, actx))
+    assert set(gold) & set(native.evidence_ids)  # natively the gold elements are retrieved
+    removed = run(M.SourceLearnM0({"top_k": 3, "exclude_gold": True}).answer(task, sm, actx))
+    assert len(removed.evidence_ids) == 3 and not set(gold) & set(removed.evidence_ids)
+    user = scripted.CALLS[-1]["messages"][-1]["content"]
+    assert "Alice is described in the toy town" in user  # the activated model is unchanged
+    assert removed.metadata["activation"]["mode"] == native.metadata["activation"]["mode"] == "all"
+    # Figure 5a's k = 0 still answers from the model alone, with or without gold removal
+    alone = run(M.SourceLearnM0({"top_k": 0, "exclude_gold": True}).answer(task, sm, actx))
+    assert alone.evidence_ids == [] and not alone.failed
+    n = len(scripted.CALLS)
+    unlabelled = run(M.SourceLearnM0({"exclude_gold": True}).answer(TEST[0], sm, actx))
+    assert unlabelled.failed and unlabelled.failure_reason.startswith("exclude_gold")
+    assert len(scripted.CALLS) == n  # decided before any model call
+
+
+def test_exclude_gold_at_its_default_is_not_in_the_dumped_config():
+    """The artifact key hashes the dumped config: adding the option must not change earlier keys."""
+    assert "exclude_gold" not in M.SourceLearnConfig().model_dump()
+    assert M.SourceLearnConfig(exclude_gold=True).model_dump()["exclude_gold"] is True
