@@ -170,8 +170,9 @@ def table2(res: Results) -> list[ReportTable]:
     caption = [
         _agg(cfg),
         (f"Each counterpart answers every test question with the same prompt size (tokens = characters / 4) as "
-         f"{cfg.label(ref)} used on it, by reading further down its own ranking (whole elements in rank order, "
-         f"never fewer than its native top-k); ranking and index are unchanged."),
+         f"{cfg.label(ref)} used on it, by reading further down its own ranking (whole items in rank order: "
+         "elements, tree nodes or passages; never fewer than it natively retrieves); ranking and index are "
+         "unchanged."),
         (f"Evidence tokens: mean {cfg.label(ref)} prompt tokens per question (over tasks, then seeds). The second "
          "table gives every method's own mean, so the match can be checked."),
         MARKS.format(scope="per backend and column"), _ci(cfg),

@@ -246,6 +246,34 @@ def test_registered_methods_that_fail_to_import_are_not_run():
     assert resolve_method("hybrid_rag")[0].name == "hybrid_rag"
 
 
+def test_matched_and_gold_removed_variants_are_supported_where_the_paper_has_them(tmp_path):
+    from reports.plan import gold_removed
+    from reports.reproduce import Reproduction, _clash
+
+    cfg = parse_config(_minimal(tables={"table2": {"counterparts": ["hybrid_rag", "raptor", "hipporag2", "no_source"]},
+                                        "figure5": {"methods": ["hybrid_rag", "sourcelearn", "raptor", "hipporag2"]}}))
+    rep = Reproduction(cfg, tmp_path)
+    for m in ("hybrid_rag", "raptor", "hipporag2"):
+        cls, config, why = rep._variant(matched(cfg, m, "sourcelearn"))
+        assert not why and cls.name == f"{m}@matched=sourcelearn" and config["match_context_file"], m
+    for m in ("hybrid_rag", "sourcelearn", "raptor", "hipporag2"):
+        v = gold_removed(cfg, m)
+        cls, config, why = rep._variant(v)
+        assert v.alias == f"{m}@exclude_gold=true" and not why and config["exclude_gold"] is True, m
+        # task-time: the variant learns with the base settings
+        assert v.learn_config(cfg) == cfg.base_config(m)
+    _, _, why = rep._variant(matched(cfg, "no_source", "sourcelearn"))
+    assert "does not support" in why and "match_context_file" in why
+    # settings recorded before the options existed do not clash with the defaults of today
+    from methods.raptor import RAPTOR
+    from methods.sourcelearn.method import SourceLearn
+
+    for cls in (RAPTOR, SourceLearn):
+        old = {k: v for k, v in cls().config.model_dump().items() if k not in ("exclude_gold", "match_context_file")}
+        assert _clash(old, cls, {}) == ""
+        assert _clash(old, cls, {"exclude_gold": True}).startswith("exclude_gold: None there, True here")
+
+
 def test_backend_env_is_restored_and_settings_clashes_are_named(monkeypatch):
     from methods.hybrid_rag import HybridRAG
     from reports.config import Backend
@@ -336,11 +364,9 @@ def test_reproduce_runs_every_cell_and_resumes_for_free(toy_run):
     assert st["scripted/townqa/hybrid_rag"] == {"status": "ran", "reason": "", "rows": n_tests}
     assert st["scripted/townqa/no-such-method"] == {"status": "not run", "reason": "method no-such-method is not registered"}
     assert st["scripted/absent/hybrid_rag"]["reason"] == "benchmark no_such_benchmark is not registered"
-    assert st["scripted/townqa/raptor@matched=sourcelearn"]["status"] == "not run"
-    assert "match_context_file" in st["scripted/townqa/raptor@matched=sourcelearn"]["reason"]
-    assert st["scripted/townqa/sourcelearn@exclude_gold=true"]["status"] == "not run"
-    for alias in ("hybrid_rag@matched=sourcelearn", "sourcelearn-ms@cycles=2", "hybrid_rag@top_k=0",
-                  "sourcelearn@top_k=0", "hybrid_rag@exclude_gold=true", "sourcelearn-wo-cross"):
+    for alias in ("hybrid_rag@matched=sourcelearn", "raptor@matched=sourcelearn", "sourcelearn-ms@cycles=2",
+                  "hybrid_rag@top_k=0", "sourcelearn@top_k=0", "hybrid_rag@exclude_gold=true",
+                  "sourcelearn@exclude_gold=true", "sourcelearn-wo-cross"):
         assert st[f"scripted/townqa/{alias}"]["status"] == "ran", alias
 
 
@@ -357,14 +383,20 @@ def test_variants_change_only_what_they_should(toy_run):
     assert any(len(r["evidence_ids"]) > 8 for r in wide)  # the budget let it read further down
     assert all(r["evidence_ids"] == [] for r in _rows(folder, "hybrid_rag@top_k=0"))
     assert all(r["evidence_ids"] == [] for r in _rows(folder, "sourcelearn@top_k=0"))
+    tree = _rows(folder, "raptor@matched=sourcelearn")
+    assert len(tree) == 48 and all(r["context_tokens"] <= ref[key(r)]["context_tokens"] for r in tree)
+    assert all(r["evidence_ids"] and r["evidence_ids"][0].startswith("raptor:") for r in tree)
     tasks = {(t.source_id, t.id): t for s in TOWNS for t in TownQA().load_tasks(s)}
-    for r in _rows(folder, "hybrid_rag@exclude_gold=true"):
-        docs = tasks[(r["source"], r["task_id"])].metadata["gold_doc_ids"]
-        assert r["evidence_ids"] and not any(e.split("#")[0] in docs for e in r["evidence_ids"])
+    for alias in ("hybrid_rag@exclude_gold=true", "sourcelearn@exclude_gold=true"):
+        rows = _rows(folder, alias)
+        assert len(rows) == 48, alias
+        for r in rows:
+            docs = tasks[(r["source"], r["task_id"])].metadata["gold_doc_ids"]
+            assert r["evidence_ids"] and not any(e.split("#")[0] in docs for e in r["evidence_ids"])
     # task-time variants learn with the base settings: the same source model as the base method
     arts = {r["method"]: r["artifact"] for r in _rows(folder)}
     model = lambda m: (folder / "artifacts" / f"method_{m}" / arts[m] / "model.json").read_text()
-    assert model("sourcelearn@top_k=0") == model("sourcelearn")
+    assert model("sourcelearn@top_k=0") == model("sourcelearn") == model("sourcelearn@exclude_gold=true")
 
 
 @pytest.mark.slow
