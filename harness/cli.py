@@ -158,8 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     from reports.protocols.cli import protocol_list
 
     r.add_argument("--protocols", type=protocol_list, help="after the test phase, run these evaluation protocols and "
-                   "add them to the leaderboard: key-overlap, break-even, prequential, harmful, or all "
-                   "(see `sourcebench protocol -h`)")
+                   "add them to the leaderboard: key-overlap, break-even, prequential, harmful, all or none "
+                   "(see `sourcebench protocol -h`). Default: key-overlap and break-even (no model calls) when a "
+                   "method learns from guidance")
     add_protocol_settings(r)
 
     rep = sub.add_parser("report", help="write the leaderboard (Markdown, CSV, HTML) of a run folder")
@@ -167,9 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--baseline", default="hybrid_rag", help="method the deltas and tests are relative to")
     rep.add_argument("--out", type=Path, help="report folder (default RUN_DIR/report)")
     rep.add_argument("--seed", type=int, default=0, help="bootstrap seed")
-    rep.add_argument("--protocols", type=protocol_list, help="add protocol sections: key-overlap, break-even, "
-                     "prequential, harmful or all (prequential and harmful are read from RUN_DIR/protocols, see "
-                     "`sourcebench protocol`)")
+    rep.add_argument("--protocols", type=protocol_list, help="protocol sections: key-overlap, break-even, "
+                     "prequential, harmful, all or none (prequential and harmful are read from RUN_DIR/protocols, "
+                     "see `sourcebench protocol`). Default: key-overlap and break-even when a method learns from "
+                     "guidance, plus any protocol already computed for the run")
     rep.add_argument("--data-dir", type=Path, help="benchmark data folder for the key-overlap protocol")
 
     sub.add_parser("list", help="list registered methods and benchmarks")
@@ -223,7 +225,8 @@ def cmd_run(a: argparse.Namespace) -> int:
                     data_dir=a.data_dir, options=_kv(a.opt, "--opt"), method_configs=_method_configs(a.method_config),
                     embedder=a.embedder, max_tokens=a.max_tokens, temperature=a.temperature,
                     context_window=a.context_window, max_samples=a.max_samples, display=display,
-                    write_report=not a.no_report and not a.protocols,  # with protocols: written after them
+                    # with --protocols: the report is written after them
+                    write_report=not a.no_report and a.protocols is None,
                     max_connections=a.max_connections, max_retries=a.max_retries,
                     attempt_timeout=a.attempt_timeout, timeout=a.timeout, executor=a.executor,
                     ray_address=a.ray_address)
@@ -231,7 +234,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     summary = Runner(cfg, console=console).run()
     console.print(f"done in {summary['seconds']} s: {summary['rows_new']} new result row(s), "
                   f"{summary['live_calls']} live model call(s); results in {summary['out']}/results.jsonl")
-    if a.protocols:
+    if a.protocols is not None:
         summary["report"] = _run_protocols(a, out, console)
     if summary["report"]:
         console.print(f"leaderboard: {summary['report'].get('html')} (also {summary['report'].get('md')})")

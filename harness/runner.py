@@ -336,7 +336,7 @@ class Runner:
         if self.cfg.write_report:
             from reports.leaderboard import write_report
 
-            report_paths = write_report(self.out)
+            report_paths = write_report(self.out, data_dir=self.cfg.data_dir)
         return {"out": str(self.out), "rows_done_before": len(done), "rows_new": n_pending,
                 "live_calls": self.live_calls, "seconds": round(time.time() - t0, 2), "report": report_paths,
                 "unavailable": self.unavailable}

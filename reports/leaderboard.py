@@ -689,19 +689,21 @@ def write_report(
     """Write leaderboard.md/.csv/.html into ``out_dir`` (default ``<run_dir>/report``); return their paths.
 
     ``protocols`` (names from ``reports.protocols.PROTOCOLS``) appends their sections to the Markdown
-    and HTML; ``data_dir`` is where the key-overlap protocol finds the benchmark data.
+    and HTML; ``None`` means the run's defaults (``default_protocols``), ``[]`` none. ``data_dir`` is
+    where the key-overlap protocol finds the benchmark data.
     """
     data = load_run(run_dir)
     out = Path(out_dir) if out_dir is not None else data.run_dir / "report"
     summary = summarize(data, baseline=baseline, seed=seed, n_boot=n_boot)
     cap = caption(data, baseline, seed, n_boot)
     sections = build_tables(data, summary)
-    if protocols:
-        from .protocols import parse_protocols
+    from .protocols import default_protocols, parse_protocols
+
+    names = default_protocols(data) if protocols is None else parse_protocols(protocols)
+    if names:
         from .protocols.render import protocol_sections
 
-        sections += protocol_sections(data, parse_protocols(protocols), baseline=baseline,
-                                      data_dir=Path(data_dir) if data_dir else None)
+        sections += protocol_sections(data, names, baseline=baseline, data_dir=Path(data_dir) if data_dir else None)
     prov = _provenance(data, seed, n_boot)
     title = f"SourceBench leaderboard: run {_safe(data.run.get('run_id') or data.run_dir.name)}"
     seeds = sorted({s for b in summary for e in b["methods"] for s in e.get("seed_acc", {})}, key=sort_key)

@@ -32,11 +32,14 @@ ALIASES = {"keyoverlap": "key-overlap", "key_overlap": "key-overlap", "breakeven
 
 
 def parse_protocols(names: list[str] | str | None) -> list[str]:
-    """Validated protocol names in the order given (``all`` = every protocol); unknown names are an error."""
+    """Validated protocol names in the order given (``all`` = every protocol, ``none`` = no protocol);
+    unknown names are an error."""
     if names is None:
         return []
     items = [x.strip() for x in (names.split(",") if isinstance(names, str) else names) if x.strip()]
     out: list[str] = []
+    if items == ["none"]:
+        return out
     for x in items:
         if x == "all":
             out += [p for p in PROTOCOLS if p not in out]
@@ -47,6 +50,15 @@ def parse_protocols(names: list[str] | str | None) -> list[str]:
         if name not in out:
             out.append(name)
     return out
+
+
+def default_protocols(data: Any) -> list[str]:
+    """Sections a report shows when none are asked for: key-overlap and break-even (no model calls)
+    when a method of the run learns from guidance, since both say how that learning pays off;
+    and any protocol already computed for the run (``sourcebench protocol NAME RUN_DIR``)."""
+    learns = any(m.get("uses_guidance") for m in (data.run.get("methods") or []))
+    names = [p for p in PROTOCOLS if p not in NEEDS_MODEL] if learns else []
+    return names + [p for p in NEEDS_MODEL if result_path(data.run_dir, p).exists()]
 
 
 def result_path(run_dir: Path, name: str) -> Path:

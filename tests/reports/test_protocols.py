@@ -27,7 +27,7 @@ from harness.providers import scripted
 from harness.registry import register_benchmark, register_method
 from harness.runner import RunConfig, Runner
 from reports.leaderboard import load_run, write_report
-from reports.protocols import breakeven, keyoverlap, parse_protocols
+from reports.protocols import breakeven, default_protocols, keyoverlap, parse_protocols
 from reports.protocols import compute as compute_protocol
 from reports.protocols.entries import Entry, entry_access
 from reports.protocols.harmful import HarmfulSettings, judge_entry, sample_entries
@@ -480,6 +480,7 @@ def test_prequential_on_a_run(toy_run):
 def test_parse_protocols():
     assert parse_protocols("break_even,key-overlap,break-even") == ["break-even", "key-overlap"]
     assert parse_protocols("all") == ["key-overlap", "break-even", "prequential", "harmful"]
+    assert parse_protocols("none") == []
     with pytest.raises(ConfigError, match="unknown protocol"):
         parse_protocols("key-overlap,nope")
 
@@ -503,6 +504,27 @@ def test_report_sections(toy_run, tmp_path):
         assert "not computed" in md and "sourcebench protocol harmful" in md
     finally:
         (tmp_path / "h.json").rename(toy_run / "protocols" / "harmful.json")
+
+
+def test_report_protocol_defaults(toy_run, tmp_path):
+    """Without --protocols: the model-free protocols for a run whose methods learn from guidance,
+    plus what `sourcebench protocol` already computed; `none` shows no protocol section."""
+    scripted.set_script(reply)
+    compute_protocol("prequential", toy_run, methods=["toy_learner", "hybrid_rag"], settings={"block_size": 2})
+    data = load_run(toy_run)
+    assert default_protocols(data) == ["key-overlap", "break-even", "prequential"] + (
+        ["harmful"] if (toy_run / "protocols" / "harmful.json").exists() else [])
+    md = write_report(toy_run, out_dir=tmp_path / "default")["md"].read_text()
+    assert "Protocol: key-overlap groups" in md and "Protocol: break-even" in md and "Prequential curve" in md
+    md = write_report(toy_run, out_dir=tmp_path / "none", protocols=parse_protocols("none"))["md"].read_text()
+    assert "Protocol:" not in md
+    data.run["methods"] = [{**m, "uses_guidance": False} for m in data.run["methods"]]
+    (toy_run / "protocols" / "prequential.json").rename(tmp_path / "p.json")
+    try:
+        stored = ["harmful"] if (toy_run / "protocols" / "harmful.json").exists() else []
+        assert default_protocols(data) == stored  # stateless methods only: nothing to say by default
+    finally:
+        (tmp_path / "p.json").rename(toy_run / "protocols" / "prequential.json")
 
 
 def test_protocol_and_report_commands(toy_run, tmp_path, capsys):
