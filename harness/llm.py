@@ -447,7 +447,7 @@ class LLM:
         if res.failed:
             return StructuredResult(None, "", failed=True, error=res.error)
         try:
-            return StructuredResult(schema.model_validate_json(_strip_fences(res.text)), res.text)
+            return StructuredResult(_validate(schema, res.text), res.text)
         except ValidationError as e:
             first_error = _short_error(e)
         retry = msgs + [
@@ -459,7 +459,7 @@ class LLM:
         if res2.failed:  # the failed call is already in the ledger with its reason
             return StructuredResult(None, res2.text, failed=True, error=res2.error, attempts=2)
         try:
-            return StructuredResult(schema.model_validate_json(_strip_fences(res2.text)), res2.text, attempts=2)
+            return StructuredResult(_validate(schema, res2.text), res2.text, attempts=2)
         except ValidationError as e:
             err = f"invalid structured output after retry: {_short_error(e)}"
         self.ledger.add_failure(method, phase, stage, err)
@@ -477,6 +477,23 @@ def _inspect_schema(schema: type[BaseModel]) -> Any:
     from inspect_ai.util import json_schema as to_json_schema
 
     return to_json_schema(schema)
+
+
+def _validate(schema: type[T], text: str) -> T:
+    """Parse a structured reply. JSON with raw control characters inside strings (a literal newline
+    in a long "reasoning", which llama.cpp's schema grammar lets through) is read as such, since its
+    meaning is unambiguous; anything else invalid raises the original validation error."""
+    body = _strip_fences(text)
+    try:
+        return schema.model_validate_json(body)
+    except ValidationError as e:
+        if not any(err.get("type") == "json_invalid" for err in e.errors()):
+            raise
+        try:
+            obj = json.loads(body, strict=False)
+        except ValueError:
+            raise e from None
+        return schema.model_validate(obj)
 
 
 def _strip_fences(text: str) -> str:

@@ -105,11 +105,12 @@ def test_killed_run_resumes_to_identical_results(tmp_path):
     env = {**os.environ, "SOURCEBENCH_SCRIPTED_DELAY": "0.15", "INSPECT_DISPLAY": "none"}
     subprocess.run(_cmd(ref), check=True, env={**env, "SOURCEBENCH_SCRIPTED_DELAY": "0"}, capture_output=True)
     p = subprocess.Popen(_cmd(out), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline:
-        f = out / "results.jsonl"
-        if f.exists() and len(f.read_text().splitlines()) >= 5:
-            break
+    deadline = time.time() + 600  # generous: a loaded machine takes long to start the run
+    f = out / "results.jsonl"
+    while not (f.exists() and len(f.read_text().splitlines()) >= 5):
+        if time.time() > deadline or p.poll() is not None:
+            p.kill()
+            pytest.fail(f"the run never wrote 5 rows (exit code {p.poll()})")
         time.sleep(0.05)
     p.send_signal(signal.SIGKILL)
     p.wait()

@@ -44,6 +44,19 @@ def test_structured_retry_then_success(tmp_path):
     assert scripted.CALLS[0]["schema"]["properties"]["count"]["type"] == "integer"
 
 
+def test_structured_reads_raw_newlines_inside_strings(tmp_path):
+    """SmolLM2 under llama.cpp's schema grammar wrote a literal newline inside a JSON string; the
+    meaning is plain, so it parses on the first attempt; a reply with a missing field still retries."""
+    llm = make(tmp_path)
+    scripted.set_script(lambda msgs, schema: '{"name": "two\nlines\n    ", "count": 3}')
+    res = run(llm.structured("pick", Pick, method="m", phase="learn"))
+    assert not res.failed and res.attempts == 1 and res.value == Pick(name="two\nlines\n    ", count=3)
+    replies = iter(['{"name": "a\nb"}', '{"name": "a", "count": 1}'])
+    scripted.set_script(lambda msgs, schema: next(replies))
+    res = run(llm.structured("pick again", Pick, method="m", phase="learn"))
+    assert not res.failed and res.attempts == 2 and "count" in scripted.CALLS[-1]["messages"][-1]["content"]
+
+
 def test_structured_failure_is_recorded_not_raised(tmp_path):
     llm = make(tmp_path)
     scripted.set_script(lambda msgs, schema: "not json")
