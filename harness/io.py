@@ -22,18 +22,21 @@ _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:\"']+:[^/\s@\"']+@")  # scheme://user:secret@host
 
 
-_secret_names: tuple[int, list[str]] = (-1, [])
+_is_secret_name: dict[str, bool] = {}
 
 
 def secret_values() -> list[str]:
     """Values of credential-like environment variables (longest first, so overlaps mask fully).
 
-    Called for every row and log record: the matching names are found again only when the number
-    of variables changes; their current values are read each time."""
-    global _secret_names
-    if _secret_names[0] != len(os.environ):
-        _secret_names = (len(os.environ), [k for k in os.environ if _SECRET_NAME.search(k)])
-    vals = {v for k in _secret_names[1] if len(v := os.environ.get(k, "")) >= _MIN_SECRET_LEN}
+    Called for every row and log record: whether a variable's name looks like a credential is
+    memoised per name; the names present and their values are read afresh each time."""
+    vals = set()
+    for k, v in os.environ.items():
+        hit = _is_secret_name.get(k)
+        if hit is None:
+            hit = _is_secret_name[k] = bool(_SECRET_NAME.search(k))
+        if hit and len(v) >= _MIN_SECRET_LEN:
+            vals.add(v)
     return sorted(vals, key=len, reverse=True)
 
 
