@@ -45,6 +45,9 @@ def _positive(s: str) -> int:
     return v
 
 
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")  # inspect-ai's values
+
+
 def _guidance_limit(s: str) -> int | str:
     return "all" if s.strip().lower() == "all" else _positive(s)
 
@@ -138,6 +141,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0)")
     r.add_argument("--context-window", type=_positive, help="solver context window in tokens; longer prompts are "
                    "scored failures (default: known for local models)")
+    r.add_argument("--reasoning-effort", choices=REASONING_EFFORTS,
+                   help="the solver's reasoning effort, for models that take one (default: the provider's)")
+    r.add_argument("--judge-reasoning-effort", choices=REASONING_EFFORTS,
+                   help="the judge's reasoning effort (default: the provider's)")
     r.add_argument("--max-samples", type=_positive, help="concurrent test tasks (default: twice --max-connections "
                    "when that is given, else inspect's)")
     r.add_argument("--max-connections", type=_positive, help="concurrent model calls (default: inspect's, per provider)")
@@ -224,7 +231,9 @@ def cmd_run(a: argparse.Namespace) -> int:
                     sources=a.sources, out=out,
                     data_dir=a.data_dir, options=_kv(a.opt, "--opt"), method_configs=_method_configs(a.method_config),
                     embedder=a.embedder, max_tokens=a.max_tokens, temperature=a.temperature,
-                    context_window=a.context_window, max_samples=a.max_samples, display=display,
+                    context_window=a.context_window, reasoning_effort=a.reasoning_effort,
+                    judge_reasoning_effort=a.judge_reasoning_effort,
+                    max_samples=a.max_samples, display=display,
                     # with --protocols: the report is written after them
                     write_report=not a.no_report and a.protocols is None,
                     max_connections=a.max_connections, max_retries=a.max_retries,

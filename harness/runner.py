@@ -53,6 +53,8 @@ class RunConfig:
     max_tokens: int = 512
     temperature: float = 0.0
     context_window: int | None = None
+    reasoning_effort: str | None = None  # the solver's (inspect-ai GenerateConfig); None: the provider's default
+    judge_reasoning_effort: str | None = None  # the judge's; None: the provider's default
     max_samples: int | None = None
     display: str = "none"
     write_report: bool = True
@@ -156,10 +158,11 @@ class Runner:
         retry = {"max_retries": cfg.max_retries, "timeout": cfg.timeout, "attempt_timeout": cfg.attempt_timeout,
                  "max_connections": cfg.max_connections}
         self.spec = ModelSpec(name=cfg.model, role="solver", temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                              context_window=cfg.context_window, **retry)
+                              context_window=cfg.context_window, reasoning_effort=cfg.reasoning_effort, **retry)
         judge_name = cfg.judge_model or (cfg.model if self.bench.needs_judge_model else None)
         self.judge_spec = (ModelSpec(name=judge_name, role="judge", temperature=0.0, max_tokens=256,
-                                     context_window=cfg.context_window if judge_name == cfg.model else None, **retry)
+                                     context_window=cfg.context_window if judge_name == cfg.model else None,
+                                     reasoning_effort=cfg.judge_reasoning_effort, **retry)
                            if judge_name else None)
         from .executors import get_executor
 

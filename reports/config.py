@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -56,6 +56,9 @@ def _slug(v: str, what: str) -> str:
     return v
 
 
+Effort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]  # inspect-ai's values
+
+
 class Backend(_Strict):
     """One model backend: the solver, its judge, and generation settings."""
 
@@ -67,6 +70,8 @@ class Backend(_Strict):
     max_tokens: int = Field(512, gt=0)
     temperature: float = 0.0
     context_window: int | None = Field(None, gt=0)
+    reasoning_effort: Effort | None = None  # the solver's; None: the provider's default
+    judge_reasoning_effort: Effort | None = None
     max_samples: int | None = Field(None, gt=0)
     env: dict[str, str] = Field(default_factory=dict, description="non-secret endpoint variables")
 

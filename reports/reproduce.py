@@ -178,7 +178,9 @@ class Reproduction:
             data_dir=Path(self.cfg.data_dir) if self.cfg.data_dir else None, options=dict(bench.options),
             method_configs=configs, embedder=backend.embedder or self.cfg.embedder, max_tokens=backend.max_tokens,
             temperature=backend.temperature, context_window=backend.context_window,
-            max_samples=backend.max_samples, display="none", write_report=True)
+            reasoning_effort=backend.reasoning_effort, judge_reasoning_effort=backend.judge_reasoning_effort,
+            max_samples=backend.max_samples, display="none",
+            write_report=True)
 
     def _run(self, backend: Backend, bench: BenchmarkEntry, folder: Path, todo: list[tuple[Variant, type | None,
              dict[str, Any]]]) -> None:

@@ -120,7 +120,8 @@ class ScriptedModel(ModelAPI):
         msgs = [{"role": m.role, "content": m.text} for m in input]
         prompt = "\n".join(m["content"] for m in msgs)
         schema = config.response_schema.json_schema.model_dump(exclude_none=True) if config.response_schema else None
-        CALLS.append({"messages": msgs, "schema": schema, "model": self.model_name})
+        CALLS.append({"messages": msgs, "schema": schema, "model": self.model_name,
+                      "reasoning_effort": config.reasoning_effort})
         text = _SCRIPT(msgs, schema) if _SCRIPT else None
         if text is None:
             if schema is not None:

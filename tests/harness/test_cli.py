@@ -28,3 +28,28 @@ def test_guidance_limit_argument_accepts_all_and_rejects_zero(capsys):
     with pytest.raises(SystemExit):
         parser.parse_args([*base, "--guidance-limit", "0"])
     assert "positive integer" in capsys.readouterr().err
+
+
+def test_reasoning_effort_reaches_solver_and_judge_and_is_recorded(tmp_path, shared_data):
+    """--reasoning-effort / --judge-reasoning-effort: passed to each role's calls, kept in run.json."""
+    import json
+
+    from harness.cli import main
+    from harness.providers import scripted
+    from tests.conftest import need_data
+
+    need_data("swe_qa")
+    flask = tmp_path / "flask"
+    (flask / "src").mkdir(parents=True)
+    (flask / "src" / "app.py").write_text("def create_app():\n    return 'app'\n")
+    out = tmp_path / "run"
+    scripted.CALLS.clear()
+    rc = main(["run", "--benchmark", "swe_qa", "--sources", "flask", "--opt", f"flask={flask}", "--methods",
+               "no_source", "--model", "scripted/extractive", "--judge-model", "scripted/judge", "--seeds", "0",
+               "--limit", "1", "--embedder", "hash", "--out", str(out), "--no-report",
+               "--reasoning-effort", "low", "--judge-reasoning-effort", "high"])
+    assert rc == 0
+    efforts = {(c["model"], c["reasoning_effort"]) for c in scripted.CALLS}
+    assert efforts == {("extractive", "low"), ("judge", "high")}
+    run = json.loads((out / "run.json").read_text())
+    assert run["model"]["reasoning_effort"] == "low" and run["judge_model"]["reasoning_effort"] == "high"
