@@ -447,6 +447,9 @@ class Runner:
             tasks, model=self.spec.name, log_dir=str(self.out / "logs"),
             max_samples=self.max_samples(), fail_on_error=False, score_display=False,
             max_tasks=max(1, min(len(tasks), 4)), log_realtime=False,
+            # no control-channel server: nothing drives a SourceBench run through it, and starting
+            # it costs about a second per test phase
+            ctl_server=False,
         )
         scrub_logs(killed_logs + [log.location for log in logs if log.location])
         expected = sum(len(t.dataset) for t in tasks)
