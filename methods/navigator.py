@@ -34,7 +34,7 @@ from harness.data import Answer, Element, Evidence, Source, Task, normalise_ws
 from harness.method import Context, LearnContext, Method, MethodConfig
 from harness.retrieval import SparseBM25, tokenize
 
-from .kb_curator.reader import Episode, render_steps
+from .kb_curator.reader import Episode, act_until_done, render_steps
 from .kb_curator.tools import (
     ID_CHARS,
     QUERY_CHARS,
@@ -42,7 +42,6 @@ from .kb_curator.tools import (
     Finish,
     Observation,
     ToolAction,
-    describe_action,
     snippet,
 )
 
@@ -221,28 +220,20 @@ def navigator_messages(question: str, ep: Episode, cfg: NavigatorConfig) -> list
 
 async def navigate(question: str, book: Book, ctx: Context, cfg: NavigatorConfig) -> Episode:
     """Study rounds until the agent answers, the round limit is reached, or a step call fails."""
-    ep = Episode()
-    while ep.actions < cfg.max_rounds:
-        res = await ctx.llm.structured(navigator_messages(question, ep, cfg), NavigatorStep, stage="navigate_step",
-                                       max_tokens=cfg.step_max_tokens)
-        if res.value is None:
-            ep.error = res.error or "no valid action"
-            return ep
-        action = res.value.action
-        if isinstance(action, Finish):
-            ep.steps.append((describe_action(action), Observation("", kind="answer")))
-            ep.answered = True
-            return ep
+
+    async def next_step(ep: Episode) -> Any:
+        return await ctx.llm.structured(navigator_messages(question, ep, cfg), NavigatorStep, stage="navigate_step",
+                                        max_tokens=cfg.step_max_tokens)
+
+    def act(action: Any) -> Observation:
         if isinstance(action, KeywordSearch):
-            obs = book.search(action.keywords, cfg.search_k)
-        elif isinstance(action, ReadSection):
-            obs = book.read(action.section_id)
-        else:
-            assert isinstance(action, Contents)
-            obs = book.toc(action.node, action.page)
-        ep.steps.append((describe_action(action), obs))
-    ep.exhausted = True
-    return ep
+            return book.search(action.keywords, cfg.search_k)
+        if isinstance(action, ReadSection):
+            return book.read(action.section_id)
+        assert isinstance(action, Contents)
+        return book.toc(action.node, action.page)
+
+    return await act_until_done(cfg.max_rounds, next_step, act)
 
 
 # -- the method -----------------------------------------------------------------------------------------

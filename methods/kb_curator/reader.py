@@ -10,6 +10,7 @@ the answer wording is the same for every method.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -120,10 +121,26 @@ def reader_messages(question: str, episode: Episode, budget: int, window: int, s
 async def run_reader(question: str, tools: ToolBox, ctx: Context, *, budget: int, window: int, stage: str,
                      max_tokens: int, history_chars: int | None = None) -> Episode:
     """Let the reader act until it answers, its budget is spent, or a step call fails."""
+    async def next_step(ep: Episode) -> Any:
+        messages = reader_messages(question, ep, budget, window, tools.search_k, history_chars)
+        return await ctx.llm.structured(messages, ReaderStep, stage=stage, max_tokens=max_tokens)
+
+    def act(action: Any) -> Observation:
+        if isinstance(action, Search):
+            return tools.search(action.query)
+        assert isinstance(action, Read)
+        return tools.read(action.doc_id)
+
+    return await act_until_done(budget, next_step, act)
+
+
+async def act_until_done(budget: int, next_step: Callable[[Episode], Awaitable[Any]],
+                         act: Callable[[Any], Observation]) -> Episode:
+    """The agent loop shared by the KB reader and the navigator: ask for a step, run its tool, stop
+    on the answer action, a failed step call (the episode's error) or a spent budget (exhausted)."""
     ep = Episode()
     while ep.actions < budget:
-        messages = reader_messages(question, ep, budget, window, tools.search_k, history_chars)
-        res = await ctx.llm.structured(messages, ReaderStep, stage=stage, max_tokens=max_tokens)
+        res = await next_step(ep)
         if res.value is None:
             ep.error = res.error or "no valid action"
             return ep
@@ -132,12 +149,7 @@ async def run_reader(question: str, tools: ToolBox, ctx: Context, *, budget: int
             ep.steps.append((describe_action(action), Observation("", kind="answer")))
             ep.answered = True
             return ep
-        if isinstance(action, Search):
-            obs = tools.search(action.query)
-        else:
-            assert isinstance(action, Read)
-            obs = tools.read(action.doc_id)
-        ep.steps.append((describe_action(action), obs))
+        ep.steps.append((describe_action(action), act(action)))
     ep.exhausted = True
     return ep
 
