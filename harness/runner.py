@@ -27,6 +27,7 @@ from .artifacts import ArtifactStore
 from .data import Answer, Source, Split, Task
 from .embeddings import Embedder, get_embedder
 from .errors import BenchmarkUnavailable, ConfigError, DataError, ModelUnavailableError, SourceBenchError
+from .gcpolicy import long_lived_frozen
 from .io import append_jsonl, atomic_write_json, read_json, read_jsonl
 from .llm import LLM, CallCache, ModelSpec, UsageLedger
 from .method import Context, LearnContext, Method
@@ -235,14 +236,15 @@ class Runner:
     # -- main ------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         self.out.mkdir(parents=True, exist_ok=True)
-        with RunLock(self.out):
+        with RunLock(self.out), long_lived_frozen():
             return asyncio.run(self._run())
 
     def run_worker(self, stage: str) -> dict[str, Any]:
         """One share of a run whose driver (``--executor ray``) holds the folder's lock, has written
         ``run.json`` and repaired ``results.jsonl``: learn the cells of this config (``stage="learn"``)
         or learn and test them (``"test"``), appending to the shared files; nothing else is written."""
-        return asyncio.run(self._run_worker(stage))
+        with long_lived_frozen():
+            return asyncio.run(self._run_worker(stage))
 
     async def _run_worker(self, stage: str) -> dict[str, Any]:
         self.is_worker = True
@@ -443,14 +445,15 @@ class Runner:
         # task than the harness itself; rows are on disk per task anyway, and the logs are complete
         # (and viewable) when each cell ends
         rows_before = self.rows_written
-        logs = await eval_async(
-            tasks, model=self.spec.name, log_dir=str(self.out / "logs"),
-            max_samples=self.max_samples(), fail_on_error=False, score_display=False,
-            max_tasks=max(1, min(len(tasks), 4)), log_realtime=False,
-            # no control-channel server: nothing drives a SourceBench run through it, and starting
-            # it costs about a second per test phase
-            ctl_server=False,
-        )
+        with long_lived_frozen():  # no full-heap GC pauses while calls could be in flight (gcpolicy.py)
+            logs = await eval_async(
+                tasks, model=self.spec.name, log_dir=str(self.out / "logs"),
+                max_samples=self.max_samples(), fail_on_error=False, score_display=False,
+                max_tasks=max(1, min(len(tasks), 4)), log_realtime=False,
+                # no control-channel server: nothing drives a SourceBench run through it, and starting
+                # it costs about a second per test phase
+                ctl_server=False,
+            )
         scrub_logs(killed_logs + [log.location for log in logs if log.location])
         expected = sum(len(t.dataset) for t in tasks)
         # reading the samples back costs seconds for a big log: only when some task left no row
