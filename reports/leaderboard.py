@@ -169,6 +169,15 @@ def _deviations(run: dict[str, Any]) -> list[tuple[str, str]]:
     return out
 
 
+def _by_text(devs: list[tuple[str, str]]) -> dict[str, list[str]]:
+    """deviation -> the methods declaring it, in first-seen order (variants of one method share most)."""
+    out: dict[str, list[str]] = {}
+    for m, d in devs:
+        if m not in out.setdefault(d, []):
+            out[d].append(m)
+    return out
+
+
 # ------------------------------------------------------------------------------------ numbers
 
 
@@ -176,13 +185,14 @@ def _sum(v: Any) -> int:
     return int(v or 0)
 
 
-def _cost(usage: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
-    """phase -> {calls, calls_live, tokens, tokens_live, failed}; logical = live + cached."""
-    out: dict[str, dict[str, int]] = {}
+def _cost(usage: list[dict[str, Any]], by: str = "phase") -> dict[str, dict[str, Any]]:
+    """``by`` value (phase or stage) -> {calls, calls_live, tokens, tokens_live, failed, seconds};
+    logical = live + cached; seconds = model time of the live calls, summed over calls."""
+    out: dict[str, dict[str, Any]] = {}
     for u in usage:
         c = out.setdefault(
-            str(u.get("phase") or "other"),
-            dict.fromkeys(("calls", "calls_live", "tokens", "tokens_live", "failed"), 0),
+            str(u.get(by) or "other"),
+            {**dict.fromkeys(("calls", "calls_live", "tokens", "tokens_live", "failed"), 0), "seconds": 0.0},
         )
         calls = _sum(u.get("calls"))
         tokens = _sum(u.get("input_tokens")) + _sum(u.get("output_tokens"))
@@ -195,6 +205,7 @@ def _cost(usage: list[dict[str, Any]]) -> dict[str, dict[str, int]]:
             if status == "live":
                 c["calls_live"] += calls
                 c["tokens_live"] += tokens
+                c["seconds"] += float(u.get("seconds") or 0.0)
     return out
 
 
@@ -244,9 +255,9 @@ def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot
                 "is_baseline": method == baseline,
                 "status": "ok" if rows else UNAVAILABLE if unavailable else NOT_RUN,
             }
-            e["cost"] = _cost(
-                [u for u in data.usage if u.get("benchmark") == bench and u.get("method") == method]
-            )
+            usage = [u for u in data.usage if u.get("benchmark") == bench and u.get("method") == method]
+            e["cost"] = _cost(usage)
+            e["stages"] = _cost([u for u in usage if u.get("phase") == "learn"], by="stage")
             e["failed_calls"] = sum(c["failed"] for c in e["cost"].values())
             if rows:
                 e.update(_method_numbers(rows, base_rows, method == baseline, seed, n_boot))
@@ -411,6 +422,26 @@ def _cost_table(b: dict) -> Table:
     )
 
 
+def _stage_table(b: dict) -> Table | None:
+    """Learning cost per stage (SourceLearn's construct_*, ms_*, mt_*; RAPTOR's summaries; ...)."""
+    rows = []
+    for e in b["methods"]:
+        for stage, c in sorted(e.get("stages", {}).items()):
+            rows.append([_safe(e["method"]), _safe(stage), _count(c["calls"], c["calls_live"]),
+                         _count(c["tokens"], c["tokens_live"]), f"{c['seconds']:,.0f}", str(c["failed"])])
+    if not rows:
+        return None
+    return Table(
+        f"{b['benchmark']}: learning cost by stage",
+        ["method", "stage", "calls", "tokens", "model seconds (live)", "failed calls"],
+        rows,
+        "Summed over sources and seeds. A stage whose artifact several methods share (SourceLearn's M0 "
+        "and MS, shared by its variants) is billed once, to the method that built it; the others reuse "
+        "it with no calls. Model seconds add up the duration of every live call, so concurrent calls "
+        "count more than wall time.",
+    )
+
+
 def _seed_table(b: dict) -> Table:
     seeds = sorted({s for e in b["methods"] for s in e.get("seed_acc", {})}, key=sort_key)
     rows = [
@@ -523,14 +554,16 @@ def caption(data: RunData, baseline: str, seed: int, n_boot: int) -> list[str]:
             f"{_describe(run.get('embedder'), _EMBEDDER_SETTINGS)}; seeds: {seeds}; git commit: "
             f"{_safe(run.get('git_commit') or 'unknown')}."
         ),
-        "Deviations: " + ("; ".join(f"{m}: {d}" for m, d in devs) if devs else "none declared") + ".",
+        "Deviations: " + ("; ".join(f"{', '.join(ms)}: {d}" for d, ms in _by_text(devs).items())
+                          if devs else "none declared") + ".",
     ]
 
 
 def build_tables(data: RunData, summary: list[dict]) -> list[tuple[str, list[Table]]]:
     """(section title, tables) in display order."""
     sections = [
-        (_safe(b["benchmark"]), [_main_table(b), _cost_table(b), _seed_table(b), _source_table(b)])
+        (_safe(b["benchmark"]), [t for t in (_main_table(b), _cost_table(b), _stage_table(b), _seed_table(b),
+                                             _source_table(b)) if t is not None])
         for b in summary
     ]
     if data.failures or any(e.get("failure_reasons") for b in summary for e in b["methods"]):

@@ -186,6 +186,9 @@ def test_write_report_end_to_end(tmp_path):
     assert "| — | — |" in api
     assert "5 (3 live)" in md and "180 (120 live)" in md  # learn calls and tokens
     assert "10 (10 live)" in md and "1,100 (1,100 live)" in md  # answer rows with the same key summed
+    # learning cost per stage: the learn rows of stage "x" (live 3 calls / 120 tokens / 1 s, cached 2)
+    assert "phantomwiki: learning cost by stage" in md
+    assert "| hybrid_rag | x | 5 (3 live) | 180 (120 live) | 1 | 0 |" in md
     assert "mean over split seeds of (mean over sources" in md
     assert "Holm" in md and "McNemar" in md and "local/smollm2" in md and "deadbeef" * 5 in md
     assert "sourcelearn: BM25 only \\<fast>" in md  # escaped: no raw HTML tag in Markdown
