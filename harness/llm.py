@@ -24,7 +24,7 @@ import sqlite3
 import threading
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -335,6 +335,7 @@ class LLM:
         max_tokens: int | None = None,
         temperature: float | None = None,
         schema: type[BaseModel] | None = None,
+        choices: dict[str, list[str]] | None = None,
         max_retries: int | None = None,
         timeout: int | None = None,
         attempt_timeout: int | None = None,
@@ -344,7 +345,10 @@ class LLM:
         msgs = _norm_messages(messages)
         mt = max_tokens or self.spec.max_tokens
         temp = self.spec.temperature if temperature is None else temperature
-        json_schema = _schema_json(schema) if schema is not None else None
+        portable = self.spec.name.startswith("openai/")  # OpenAI's own API: its strict-mode subset
+        json_schema = _schema_json(schema, portable) if schema is not None else None
+        if json_schema is not None and choices:
+            json_schema = with_choices(json_schema, choices)
         key = self.cache_key(msgs, mt, temp, json_schema)
         if self.cache is not None:
             hit = self.cache.get(key)
@@ -377,7 +381,8 @@ class LLM:
         if attempt_timeout is not None:
             cfg["attempt_timeout"] = attempt_timeout
         if schema is not None:
-            cfg["response_schema"] = ResponseSchema(name=schema.__name__[:64], json_schema=_inspect_schema(schema),
+            cfg["response_schema"] = ResponseSchema(name=schema.__name__[:64], json_schema=_inspect_schema(schema, portable)
+                                                    if not choices else _json_schema_model(json_schema),
                                                     strict=True)
         model = self.inspect_model()
         _guard_inspect_logging()
@@ -440,10 +445,14 @@ class LLM:
         phase: str,
         stage: str = "",
         max_tokens: int | None = None,
+        choices: dict[str, list[str]] | None = None,
     ) -> StructuredResult:
-        """A schema-constrained call, validated with pydantic; one retry that shows the validation error."""
+        """A schema-constrained call, validated with pydantic; one retry that shows the validation error.
+        ``choices`` restricts string fields by name to the given values in the schema sent (see
+        ``with_choices``); the reply is still validated against ``schema`` and callers still check."""
         msgs = _norm_messages(messages)
-        res = await self.generate(msgs, method=method, phase=phase, stage=stage, max_tokens=max_tokens, schema=schema)
+        res = await self.generate(msgs, method=method, phase=phase, stage=stage, max_tokens=max_tokens, schema=schema,
+                                  choices=choices)
         if res.failed:
             return StructuredResult(None, "", failed=True, error=res.error)
         try:
@@ -455,7 +464,8 @@ class LLM:
             {"role": "user", "content": "That reply is not valid JSON for the required schema: "
              f"{first_error}. Reply again with only a JSON object that matches the schema."},
         ]
-        res2 = await self.generate(retry, method=method, phase=phase, stage=stage, max_tokens=max_tokens, schema=schema)
+        res2 = await self.generate(retry, method=method, phase=phase, stage=stage, max_tokens=max_tokens, schema=schema,
+                                   choices=choices)
         if res2.failed:  # the failed call is already in the ledger with its reason
             return StructuredResult(None, res2.text, failed=True, error=res2.error, attempts=2)
         try:
@@ -466,17 +476,93 @@ class LLM:
         return StructuredResult(None, res2.text, failed=True, error=err, attempts=2)
 
 
-@functools.lru_cache(maxsize=256)
-def _schema_json(schema: type[BaseModel]) -> dict[str, Any]:
-    """A model's JSON schema, made once per class (pydantic takes about a millisecond per call)."""
-    return schema.model_json_schema()
+# keywords OpenAI's strict mode refuses; on its API they become words in the field's description
+_UNPORTABLE = {"maxLength": "at most {} characters", "minLength": "at least {} characters",
+               "maximum": "at most {}", "minimum": "at least {}"}
 
 
-@functools.lru_cache(maxsize=256)
-def _inspect_schema(schema: type[BaseModel]) -> Any:
+def strict_schema(node: Any, portable: bool = False) -> Any:
+    """A JSON schema in the strict form structured-output APIs accept (OpenAI's ``strict: true``):
+    every object with properties lists all of them as required and forbids others, and ``default``
+    is dropped (it means nothing to a decoder). A field with a default must then be written out
+    (an empty list, say); the reply still validates against the pydantic model. Constrained
+    decoders (llama.cpp, vLLM) benefit too: with optional keys a grammar lets a weak model answer
+    ``{}`` and skip the task. ``portable`` also turns length and range limits, which OpenAI's
+    strict mode rejects, into words in the description (pydantic still checks them)."""
+    if isinstance(node, list):
+        return [strict_schema(x, portable) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out: dict[str, Any] = {}
+    limits: list[str] = []
+    for k, v in node.items():
+        if k == "default":
+            continue
+        if portable and k in _UNPORTABLE and not isinstance(v, (dict, list)):
+            limits.append(_UNPORTABLE[k].format(v))
+        elif k == "properties" and isinstance(v, dict):
+            out[k] = {n: strict_schema(sub, portable) for n, sub in v.items()}
+        else:
+            out[k] = strict_schema(v, portable)
+    if limits:
+        out["description"] = "; ".join([*([out["description"]] if out.get("description") else []), *limits])
+    if isinstance(out.get("properties"), dict) and out["properties"]:
+        out["required"] = list(out["properties"])
+        out["additionalProperties"] = False
+    return out
+
+
+@functools.lru_cache(maxsize=512)
+def _schema_json(schema: type[BaseModel], portable: bool = False) -> dict[str, Any]:
+    """The strict JSON schema sent for a model class (inlined ``$defs``), made once per class; it
+    is also part of the cache key, so a change to it is a cache miss, never a stale reply."""
     from inspect_ai.util import json_schema as to_json_schema
 
-    return to_json_schema(schema)
+    return strict_schema(to_json_schema(schema).model_dump(exclude_none=True), portable)
+
+
+def with_choices(schema: dict[str, Any], choices: dict[str, list[str]]) -> dict[str, Any]:
+    """``schema`` with every property named in ``choices`` (a string, or an array of strings)
+    limited to those values by an ``enum``. Used for ids the model must copy from its prompt
+    (element ids, excerpt ids): a constrained decoder then cannot invent or garble one, and an
+    API with structured outputs is told the closed set. Properties with an empty choice list
+    are left as they are (an empty enum would make the schema unsatisfiable)."""
+
+    def walk(node: Any) -> Any:
+        if isinstance(node, list):
+            return [walk(x) for x in node]
+        if not isinstance(node, dict):
+            return node
+        out = {k: walk(v) for k, v in node.items() if k != "properties"}
+        if isinstance(node.get("properties"), dict):
+            props = {}
+            for name, sub in node["properties"].items():
+                sub = walk(sub)
+                values = list(dict.fromkeys(choices.get(name) or []))
+                if values and isinstance(sub, dict):
+                    if sub.get("type") == "string":
+                        sub = {**sub, "enum": values}
+                    elif sub.get("type") == "array" and isinstance(sub.get("items"), dict) \
+                            and sub["items"].get("type") == "string":
+                        sub = {**sub, "items": {**sub["items"], "enum": values}}
+                props[name] = sub
+            out["properties"] = props
+        return out
+
+    return walk(schema)
+
+
+def _json_schema_model(schema: dict[str, Any]) -> Any:
+    from inspect_ai.util import JSONSchema
+
+    return JSONSchema.model_validate(schema)
+
+
+@functools.lru_cache(maxsize=512)
+def _inspect_schema(schema: type[BaseModel], portable: bool = False) -> Any:
+    from inspect_ai.util import JSONSchema
+
+    return JSONSchema.model_validate(_schema_json(schema, portable))
 
 
 def _validate(schema: type[T], text: str) -> T:

@@ -1,0 +1,92 @@
+"""The response schema every structured call sends: strict (all keys required, no extras)."""
+
+from pydantic import BaseModel, Field
+
+from harness.llm import _schema_json, strict_schema
+
+
+class Item(BaseModel):
+    name: str = Field(max_length=40, description="short name")
+    tags: list[str] = Field(default_factory=list)
+
+
+class Reply(BaseModel):
+    items: list[Item] = Field(default_factory=list)
+    note: str | None = None
+    score: int = Field(default=0, ge=0, le=10)
+
+
+def _objects(node):
+    if isinstance(node, dict):
+        if "properties" in node:
+            yield node
+        for v in node.values():
+            yield from _objects(v)
+    elif isinstance(node, list):
+        for v in node:
+            yield from _objects(v)
+
+
+def test_every_object_requires_all_its_keys_and_forbids_others():
+    s = _schema_json(Reply)
+    objs = list(_objects(s))
+    assert len(objs) == 2  # Reply and the inlined Item
+    for o in objs:
+        assert o["required"] == list(o["properties"]) and o["additionalProperties"] is False
+    assert "default" not in str(s) and "$defs" not in s
+    item = s["properties"]["items"]["items"]
+    assert item["properties"]["name"]["maxLength"] == 40  # kept for constrained decoders
+    # a reply that writes every key still validates; one that omits defaults too (pydantic side)
+    assert Reply.model_validate_json('{"items": [], "note": null, "score": 0}').items == []
+    assert Reply.model_validate_json("{}").score == 0
+
+
+def test_portable_form_moves_limits_into_descriptions():
+    s = _schema_json(Reply, True)
+    name = s["properties"]["items"]["items"]["properties"]["name"]
+    assert "maxLength" not in name and name["description"] == "short name; at most 40 characters"
+    assert "minimum" not in str(s) and "maximum" not in str(s)
+    assert "at least 0" in s["properties"]["score"]["description"]
+
+
+def test_a_property_called_default_is_a_property_not_a_keyword():
+    node = {"type": "object", "properties": {"default": {"type": "string", "default": "x"}}}
+    out = strict_schema(node)
+    assert out["properties"] == {"default": {"type": "string"}} and out["required"] == ["default"]
+
+
+class Cite(BaseModel):
+    statement: str
+    element_id: str
+    element_ids: list[str] = Field(default_factory=list)
+    other: list[int] = Field(default_factory=list)
+
+
+class Cites(BaseModel):
+    items: list[Cite]
+
+
+def test_choices_put_a_closed_id_set_into_the_schema_sent_and_into_the_cache_key(tmp_path):
+    import asyncio
+
+    from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+    from harness.providers import scripted
+
+    llm = LLM(ModelSpec(name="scripted/unit"), CallCache(tmp_path / "c.sqlite"), UsageLedger())
+    scripted.set_script(lambda msgs, schema: '{"items": [{"statement": "s", "element_id": "a#1", "element_ids": [], '
+                                             '"other": []}]}')
+    ids = ["a#1", "b#2", "a#1"]
+    res = asyncio.run(llm.structured("cite", Cites, method="m", phase="learn",
+                                     choices={"element_id": ids, "element_ids": ids, "other": ids, "nothing": []}))
+    assert res.value is not None and res.value.items[0].element_id == "a#1"
+    sent = scripted.CALLS[-1]["schema"]
+    item = sent["properties"]["items"]["items"]["properties"]
+    assert item["element_id"]["enum"] == ["a#1", "b#2"]  # de-duplicated, in order
+    assert item["element_ids"]["items"]["enum"] == ["a#1", "b#2"]
+    assert "enum" not in item["other"]["items"] and "enum" not in item["statement"]  # only string fields named
+    # another id set is another request (no stale cache hit); the same set is a cache hit
+    asyncio.run(llm.structured("cite", Cites, method="m", phase="learn", choices={"element_id": ["z"]}))
+    assert len(scripted.CALLS) == 2
+    again = asyncio.run(llm.structured("cite", Cites, method="m", phase="learn",
+                                       choices={"element_id": ids, "element_ids": ids, "other": ids}))
+    assert len(scripted.CALLS) == 2 and again.value is not None
