@@ -284,7 +284,8 @@ async def read_entity(ent: Entity, region: Region, brief: str, source: Source, c
         return out
     user = f"Entity: {ent.name}\nRegion: {region.title}\n\nMaterial:\n{text}"
     res = await ctx.llm.structured([{"role": "system", "content": system}, {"role": "user", "content": user}],
-                                   EntityReading, stage="construct_read", max_tokens=READ_MAX_TOKENS)
+                                   EntityReading, stage="construct_read", max_tokens=READ_MAX_TOKENS,
+                                   choices={"element_id": shown, "element_ids": shown})  # ids copied verbatim
     if res.failed or res.value is None:
         out.failed = res.error[:200] or "reading failed"
         return out

@@ -420,7 +420,9 @@ async def rewrite_region(llm: BoundLLM, sm: SourceModel, source: Source, region_
     allowed = {e.key for e in sm.entities if e.region == region_id} | {k for n in notes for k in n.entities}
     allowed |= {k for u in old for k in u.scope.keys if u.scope.kind in ("entity", "pair")}
     msgs = writer_messages(sm, source, region_id, old, cards, notes, evidence_ids, spec, budget, sorted(allowed))
-    res = await llm.structured(msgs, RegionRewrite, stage=spec.stage, max_tokens=WRITER_MAX_TOKENS)
+    res = await llm.structured(msgs, RegionRewrite, stage=spec.stage, max_tokens=WRITER_MAX_TOKENS,
+                               choices={"element_ids": evidence_ids, "keep": old_ids, "absorbs": old_ids,
+                                        "scope_keys": sorted(allowed)})
     if res.failed or res.value is None:
         stats.aborted += 1
         return RewriteResult(region_id, False, old_ids, list(old), "writer call failed", stats)

@@ -394,9 +394,16 @@ def test_variants_change_only_what_they_should(toy_run):
             docs = tasks[(r["source"], r["task_id"])].metadata["gold_doc_ids"]
             assert r["evidence_ids"] and not any(e.split("#")[0] in docs for e in r["evidence_ids"])
     # task-time variants learn with the base settings: the same source model as the base method
-    arts = {r["method"]: r["artifact"] for r in _rows(folder)}
-    model = lambda m: (folder / "artifacts" / f"method_{m}" / arts[m] / "model.json").read_text()
-    assert model("sourcelearn@top_k=0") == model("sourcelearn") == model("sourcelearn@exclude_gold=true")
+    # (compared cell by cell: the models of different sources or seeds differ)
+    arts = {(r["method"], r["source"], r["seed"]): r["artifact"] for r in _rows(folder)}
+    cells = {(s, seed) for _, s, seed in arts}
+    assert len(cells) == 4
+    for s, seed in cells:
+        model = lambda m: (folder / "artifacts" / f"method_{m}" / arts[m, s, seed] / "model.json").read_text()
+        assert model("sourcelearn@top_k=0") == model("sourcelearn") == model("sourcelearn@exclude_gold=true")
+    one = {(folder / "artifacts" / "method_sourcelearn" / arts["sourcelearn", s, seed] / "model.json").read_text()
+           for s, seed in cells}
+    assert len(one) > 1  # the comparison above is not between empty models
 
 
 @pytest.mark.slow

@@ -101,7 +101,8 @@ async def observe(llm: BoundLLM, source: Source, units: list[Unit], element_ids:
     present = [i for i in dict.fromkeys(element_ids) if source.element(i) is not None]
     shown_ids = set(present[: len(blocks)])
     msgs = observe_messages(shown_units, blocks, mode, target, max_notes, question, policy)
-    res = await llm.structured(msgs, Observations, stage=stage, max_tokens=OBSERVE_MAX_TOKENS)
+    res = await llm.structured(msgs, Observations, stage=stage, max_tokens=OBSERVE_MAX_TOKENS,
+                               choices={"evidence_ids": sorted(shown_ids), "unit_ids": [u.id for u in shown_units]})
     if res.failed or res.value is None:
         return None
     out: Observations = res.value  # type: ignore[assignment]

@@ -1,8 +1,7 @@
 """Answer a guidance task exactly as a test task would be answered (paper Eq. 7), and judge it.
 
 Evidence is the Hybrid RAG top-k; the model reaches the shared answer prompt through activation
-(``activation.activate``; until that module exists, the whole live model cut to the budget). The
-verdict comes from the run's judge; the answer text is not kept.
+(``activation.activate``). The verdict comes from the run's judge; the answer text is not kept.
 """
 
 from __future__ import annotations
@@ -31,18 +30,10 @@ class Outcome:
     answer_failed: bool = False
 
 
-def fallback_notes(sm: SourceModel, source: Source, budget_tokens: int) -> str:
-    """The whole live model, cut at the budget (used only when activation is unavailable)."""
-    text = sm.render(sm.live_units(source))
-    return text if estimate_tokens(text) <= budget_tokens else text[: budget_tokens * 4]
-
-
 async def model_notes(sm: SourceModel, source: Source, task: Task, ctx: Context, cfg: SourceLearnConfig,
                       evidence_tokens: int) -> tuple[str, dict[str, Any]]:
-    try:
-        from ..activation import activate
-    except ImportError:
-        return fallback_notes(sm, source, cfg.budget_tokens), {"fallback": True}
+    from ..activation import activate
+
     return await activate(sm, source, task, ctx, cfg, evidence_tokens=evidence_tokens)
 
 

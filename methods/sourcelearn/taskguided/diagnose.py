@@ -119,7 +119,7 @@ async def diagnose(llm: BoundLLM, index: HybridIndex, source: Source, task: Task
     blocks = fit(excerpt_blocks(source, [h.element_id for h in hits]), max(2_000, budget))
     shown = [h.element_id for h in hits][: len(blocks)]
     res = await llm.structured(diagnose_messages(task, blocks, max_claims), Diagnosis, stage=stage,
-                               max_tokens=DIAGNOSE_MAX_TOKENS)
+                               max_tokens=DIAGNOSE_MAX_TOKENS, choices={"support_ids": shown, "evidence_ids": shown})
     if res.failed or res.value is None:
         return TaskNeeds(task.id, task.question, (), (), failed=True)
     d: Diagnosis = res.value  # type: ignore[assignment]
