@@ -7,7 +7,6 @@ import asyncio
 import json
 from pathlib import Path
 
-from adapters.base import Benchmark
 from harness.artifacts import ArtifactStore
 from harness.data import Answer, Element, Score, Source, Task
 from harness.embeddings import HashEmbedder
@@ -23,6 +22,7 @@ from methods.awm import (
     induction_order,
     render_workflows,
 )
+from tests.methods.toybench import toy_bench
 
 SOURCE = Source(id="toyworld", kind="documents", description="articles about a few people", elements=[
     Element(id="alice#family", title="Alice / Family", text="The mother of Alice is Carol. Alice has a dog named Rex."),
@@ -56,22 +56,6 @@ INDUCED = {"workflows": [
 ]}
 
 
-class ToyBench(Benchmark):
-    name = "toy"
-
-    def source_ids(self) -> list[str]:
-        return [SOURCE.id]
-
-    def load_source(self, source_id: str) -> Source:
-        return SOURCE
-
-    def load_tasks(self, source_id: str) -> list[Task]:
-        return GUIDANCE + [TEST]
-
-    async def score(self, task: Task, answer: Answer, judge=None) -> Score:
-        raise AssertionError("AWM must use ctx.judge, not score references itself")
-
-
 def script(induce_reply: str = json.dumps(INDUCED)):
     def reply(messages, schema):
         if schema is not None:
@@ -95,7 +79,7 @@ def contexts(tmp_path: Path, correct_ids: set[str], window: int | None = None):
 
     workdir = tmp_path / "artifact"
     workdir.mkdir()
-    common = {"source": SOURCE, "benchmark": ToyBench(), "embedder": embedder, "store": store, "judge": judge}
+    common = {"source": SOURCE, "benchmark": toy_bench(SOURCE, GUIDANCE + [TEST], "AWM"), "embedder": embedder, "store": store, "judge": judge}
     learn = LearnContext(llm=llm.bind("awm", "learn"), workdir=workdir, **common)
     test = Context(llm=llm.bind("awm", "answer"), **common)
     return learn, test, llm, judged

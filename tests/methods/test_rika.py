@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from adapters.base import Benchmark
 from harness.artifacts import ArtifactStore
 from harness.data import Answer, Element, Evidence, Score, Source, Task
 from harness.embeddings import HashEmbedder
@@ -29,6 +28,7 @@ from methods.rika.claims import Claim, ClaimStore, claim_id
 from methods.rika.experience import Trajectory, grounded_spans, stream_order
 from methods.rika.relations import Judgement
 from methods.rika.render import render
+from tests.methods.toybench import toy_bench
 
 ELEMENTS = {
     "carol": Element(id="carol#job", title="Carol / Job", text="The job of Carol is baker. Carol lives in Lyon."),
@@ -113,22 +113,6 @@ class World:
 # -- fixtures ---------------------------------------------------------------------------------------
 
 
-class ToyBench(Benchmark):
-    name = "toy"
-
-    def source_ids(self) -> list[str]:
-        return [SOURCE.id]
-
-    def load_source(self, source_id: str) -> Source:
-        return SOURCE
-
-    def load_tasks(self, source_id: str) -> list[Task]:
-        return GUIDANCE + [TEST]
-
-    async def score(self, task: Task, answer: Answer, judge=None) -> Score:
-        raise AssertionError("RIKA must use ctx.judge")
-
-
 def contexts(tmp_path: Path, correct: set[str] | None = None, method: str = "rika"):
     llm = LLM(ModelSpec(name="scripted/unit", max_tokens=256), CallCache(tmp_path / "c.sqlite"), UsageLedger())
     judged: list[str] = []
@@ -140,7 +124,7 @@ def contexts(tmp_path: Path, correct: set[str] | None = None, method: str = "rik
 
     workdir = tmp_path / "artifact"
     workdir.mkdir(exist_ok=True)
-    common = {"source": SOURCE, "benchmark": ToyBench(), "embedder": HashEmbedder(),
+    common = {"source": SOURCE, "benchmark": toy_bench(SOURCE, GUIDANCE + [TEST], "RIKA"), "embedder": HashEmbedder(),
               "store": ArtifactStore(tmp_path / "store"), "judge": judge}
     return (LearnContext(llm=llm.bind(method, "learn"), workdir=workdir, **common),
             Context(llm=llm.bind(method, "answer"), **common), llm, judged)
