@@ -541,3 +541,29 @@ def test_html_report_opens_in_headless_chromium(toy_run, tmp_path):
     for tid in ("table1", "table2", "table3", "table4", "table5", "table6", "figure3", "figure4", "figure5"):
         assert f'<section id="{tid}">' in html, tid
     assert "Table 1: main results" in html
+
+
+# -------------------------------------------------------------------------------------------- LaTeX
+
+@pytest.mark.slow
+def test_latex_tables_compile_with_pdflatex(toy_run, tmp_path):
+    """Every .tex table compiles in a minimal document with the packages its header names."""
+    exe = shutil.which("pdflatex")
+    if exe is None:
+        pytest.skip("pdflatex is not installed (apt-get install -y texlive-latex-recommended)")
+    tables = sorted((toy_run["root"] / "report" / "toy").glob("*.tex"))
+    assert len(tables) >= 15
+    for tex in tables:
+        header = tex.read_text().splitlines()[0]
+        assert header.startswith("% Requires") and "booktabs" in header, tex.name
+        packages = re.findall(r"\\usepackage\{(\w+)\}", header)
+        doc = tmp_path / f"doc_{tex.stem}.tex"
+        doc.write_text("\\documentclass{article}\n\\usepackage[margin=1cm,landscape]{geometry}\n"
+                       + "".join(f"\\usepackage{{{p}}}\n" for p in packages)
+                       + f"\\begin{{document}}\n\\input{{{tex}}}\n\\end{{document}}\n")
+        r = subprocess.run([exe, "-interaction=nonstopmode", "-halt-on-error", doc.name], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=120, check=False)
+        log = (tmp_path / f"doc_{tex.stem}.log").read_text(errors="replace")
+        assert r.returncode == 0, f"{tex.name}: " + "\n".join(ln for ln in log.splitlines() if ln.startswith("!"))
+        assert (tmp_path / f"doc_{tex.stem}.pdf").stat().st_size > 1000, tex.name
+        assert "Undefined control sequence" not in log and "Missing $" not in log, tex.name
