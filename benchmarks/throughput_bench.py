@@ -187,28 +187,31 @@ def inspect_generate(n: int, conc: int, latency: float, log_dir: Path, model: st
 
 
 def run_once(data: Path, out: Path, model: str, methods: list[str], n_tasks: int, conc: int,
-             report: bool = False, samples: int | None = None) -> tuple[float, dict]:
+             report: bool = False, samples: int | None = None, processes: int = 1) -> tuple[float, dict]:
     from harness.runner import RunConfig, Runner
 
     cfg = RunConfig(benchmark="phantomwiki", methods=methods, model=model, out=out, seeds=[0], limit=n_tasks,
                     data_dir=data, embedder="hash", max_samples=samples or conc, max_connections=conc,
-                    write_report=report)
+                    write_report=report, test_processes=processes)
     t0 = time.perf_counter()
     summary = Runner(cfg).run()
     return time.perf_counter() - t0, summary
 
 
 def measure(server: ServerProcess, data: Path, work: Path, methods: list[str], n_tasks: int, conc: int,
-            latency: float, report: bool, samples: int) -> dict:
+            latency: float, report: bool, samples: int, processes: int = 1) -> dict:
     import resource
 
     out = work / f"run-c{conc}"
     shutil.rmtree(out, ignore_errors=True)
     server.reset()
-    t_start, r0 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
-    wall, summary = run_once(data, out, "openai-api/fault/ok", methods, n_tasks, conc, report, samples)
-    t_end, r1 = time.time(), resource.getrusage(resource.RUSAGE_SELF)
-    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    def cpu_now() -> float:  # this process and its finished children (--test-processes workers)
+        return sum(r.ru_utime + r.ru_stime for r in (resource.getrusage(resource.RUSAGE_SELF),
+                                                      resource.getrusage(resource.RUSAGE_CHILDREN)))
+
+    t_start, c0 = time.time(), cpu_now()
+    wall, summary = run_once(data, out, "openai-api/fault/ok", methods, n_tasks, conc, report, samples, processes)
+    t_end, cpu = time.time(), cpu_now() - c0
     st = server.stats()
     iv = [tuple(x) for x in st["intervals"]]
     answer_iv = sorted(iv)[1:]  # the first request is the endpoint probe
@@ -219,6 +222,7 @@ def measure(server: ServerProcess, data: Path, work: Path, methods: list[str], n
     ceiling = conc / latency
     return {
         "tasks": n_rows, "methods": ",".join(methods), "concurrency": conc, "max_samples": samples,
+        "test_processes": processes,
         "latency_s": latency,
         "requests": st["requests"], "max_in_flight": st["max_in_flight"],
         "test_phase_s": round(last - first, 2), "throughput_tasks_per_s": round(thr, 2),
@@ -238,6 +242,8 @@ def main() -> None:
     ap.add_argument("--concurrency", default="10", help="comma-separated values of C (max samples = max connections)")
     ap.add_argument("--latency", type=float, default=0.2, help="seconds per model reply (default 0.2)")
     ap.add_argument("--samples-per-connection", type=int, default=2, help="max samples = this x C (default 2)")
+    ap.add_argument("--test-processes", type=int, default=1, help="split the test tasks over N processes "
+                    "(sourcebench run --test-processes); CPU includes the worker processes")
     ap.add_argument("--methods", default="no_source", help="methods to run (one model call per task each)")
     ap.add_argument("--report", action="store_true", help="also write the leaderboard (counted as harness time)")
     ap.add_argument("--seed", type=int, default=0)
@@ -266,7 +272,8 @@ def main() -> None:
     try:
         for conc in [int(c) for c in args.concurrency.split(",")]:
             samples = conc * args.samples_per_connection
-            res = measure(server, data, work, methods, args.tasks, conc, args.latency, args.report, samples)
+            res = measure(server, data, work, methods, args.tasks, conc, args.latency, args.report, samples,
+                          args.test_processes)
             res["import_s"] = round(import_s, 2)
             if not args.no_inspect_baseline:
                 res.update(inspect_only(args.tasks, conc, args.latency, work / "inspect-only-logs"))  # C samples

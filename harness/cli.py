@@ -156,6 +156,10 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--timeout", type=_positive, help="seconds a model call may take, retries included (default: none)")
     r.add_argument("--executor", default="local", choices=["local", "ray"], help="run the (method, source, seed) "
                    "cells here (local, default) or as Ray tasks (ray; the output folder must be shared by all nodes)")
+    r.add_argument("--test-processes", type=_positive, default=1, help="split every cell's test tasks over N "
+                   "processes (local executor; --max-connections and --max-samples are shared among them). "
+                   "For fast remote endpoints at high concurrency, where one process is CPU-bound; not for "
+                   "local/ models, which would be loaded once per process (default 1)")
     r.add_argument("--ray-address", help="Ray cluster to use with --executor ray, e.g. auto or ray://head:10001 "
                    "(default: start a local instance)")
     r.add_argument("--display", default=None, choices=["full", "conversation", "rich", "plain", "log", "none"],
@@ -238,7 +242,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                     write_report=not a.no_report and a.protocols is None,
                     max_connections=a.max_connections, max_retries=a.max_retries,
                     attempt_timeout=a.attempt_timeout, timeout=a.timeout, executor=a.executor,
-                    ray_address=a.ray_address)
+                    ray_address=a.ray_address, test_processes=a.test_processes)
     console = _console()
     summary = Runner(cfg, console=console).run()
     console.print(f"done in {summary['seconds']} s: {summary['rows_new']} new result row(s), "

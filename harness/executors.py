@@ -36,12 +36,61 @@ RAY_LOCAL_OBJECT_STORE_BYTES = 256 * 2**20  # a local instance only moves small 
 
 
 class LocalExecutor:
-    """Everything in this process: the default."""
+    """Everything in this process: the default. With ``test_processes`` = N > 1, learning stays
+    here and the test tasks of every cell are split by a stable hash of their id over N worker
+    processes, each with its own inspect-ai event loop and 1/N of the model connections: one event
+    loop spends about 30 ms of CPU per sample in inspect-ai alone, which caps one process at about
+    33 tasks/s whatever the endpoint's concurrency (see benchmarks/throughput_bench.py)."""
 
     async def execute(self, runner: Runner, pending: list, done: set) -> None:
-        await runner._preflight()
-        cells = await runner._learn_all(pending)
-        await runner._test_all(cells, done)
+        n = runner.cfg.test_processes
+        if n <= 1:
+            await runner._preflight()
+            cells = await runner._learn_all(pending)
+            await runner._test_all(cells, done)
+            return
+        import concurrent.futures
+        import multiprocessing
+
+        # the workers start (and pay their imports, seconds each) while this process probes and learns
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited event loop or threads
+        with concurrent.futures.ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
+            warm = [asyncio.wrap_future(pool.submit(_warm_worker)) for _ in range(n)]
+            await runner._preflight()
+            await runner._learn_all(pending)
+            await asyncio.gather(*warm)
+            await self._test_in_processes(runner, n, pool)
+
+    async def _test_in_processes(self, runner: Runner, n: int, pool: Any) -> None:
+        import math
+
+        cfg = runner.cfg
+        conns = math.ceil(cfg.max_connections / n) if cfg.max_connections else None
+        samples = math.ceil(cfg.max_samples / n) if cfg.max_samples else None
+        base = replace(cfg, out=runner.out.resolve(), test_processes=1, display="none", write_report=False,
+                       max_connections=conns, max_samples=samples,
+                       data_dir=cfg.data_dir.resolve() if cfg.data_dir else None)
+        runner.log(f"test phase: {n} processes, each with 1/{n} of every cell's tasks"
+                   + (f" and {conns} connection(s)" if conns else ""))
+        futures = [asyncio.wrap_future(pool.submit(run_share, replace(base, task_shard=(i, n)), "test"))
+                   for i in range(n)]
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        first = next((r for r in results if isinstance(r, BaseException)), None)
+        runner.live_calls += sum(int(r.get("live_calls", 0)) for r in results if isinstance(r, dict))
+        from .inspect_tasks import scrub_logs, unfinished_logs
+
+        scrub_logs(unfinished_logs(runner.out / "logs"))
+        if first is not None:
+            raise first if isinstance(first, SourceBenchError) else RuntimeError(
+                f"test process failed: {type(first).__name__}: {first}")
+
+
+def _warm_worker() -> None:
+    """Import what a test worker needs, so that it is ready when the driver has learned."""
+    import inspect_ai  # noqa: F401
+    import openai  # noqa: F401
+
+    from . import runner  # noqa: F401
 
 
 def run_share(cfg: RunConfig, stage: str) -> dict[str, Any]:
@@ -122,7 +171,9 @@ class RayExecutor:
             raise first
 
 
-def get_executor(name: str, ray_address: str | None = None) -> LocalExecutor | RayExecutor:
+def get_executor(name: str, ray_address: str | None = None, test_processes: int = 1) -> LocalExecutor | RayExecutor:
+    if test_processes > 1 and name != "local":
+        raise ConfigError("--test-processes: only with --executor local (Ray already spreads cells over processes)")
     if name == "local":
         if ray_address:
             raise ConfigError("--ray-address: only meaningful with --executor ray")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import functools
+import hashlib
 import os
 import re
 import time
@@ -66,6 +67,14 @@ class RunConfig:
     max_connections: int | None = None
     executor: str = "local"  # local | ray (harness/executors.py)
     ray_address: str | None = None
+    # local executor: test tasks of every cell split over this many processes (one event loop each)
+    test_processes: int = 1
+    task_shard: tuple[int, int] | None = None  # (i, n): a worker tests only the tasks of shard i of n
+
+
+def shard_of(task_id: str, n: int) -> int:
+    """The shard (0..n-1) a test task belongs to: a stable hash, the same in every process."""
+    return int.from_bytes(hashlib.blake2b(task_id.encode(), digest_size=8).digest(), "big") % n
 
 
 @dataclass
@@ -167,7 +176,7 @@ class Runner:
                            if judge_name else None)
         from .executors import get_executor
 
-        self.executor = get_executor(cfg.executor, cfg.ray_address)
+        self.executor = get_executor(cfg.executor, cfg.ray_address, cfg.test_processes)
         if self.out.exists() and not self.out.is_dir():
             raise ConfigError(f"--out {self.out}: not a directory")
         self.cache = CallCache(self.out / "cache" / "llm_calls.sqlite")
@@ -213,7 +222,8 @@ class Runner:
             "sources": [{"id": s.id, "origin": s.origin, "fingerprint": s.fingerprint, "n_elements": len(s.elements),
                          "kind": s.kind, **({"pinned_commit": s.metadata["pinned_commit"]}
                                             if s.metadata.get("pinned_commit") else {})} for s in sources],
-            "execution": {"executor": self.cfg.executor, "max_samples": self.max_samples(),
+            "execution": {"executor": self.cfg.executor, "test_processes": self.cfg.test_processes,
+                          "max_samples": self.max_samples(),
                           "max_connections": self.cfg.max_connections, "max_retries": self.cfg.max_retries,
                           "timeout": self.cfg.timeout, "attempt_timeout": self.cfg.attempt_timeout},
             "versions": package_versions(),
@@ -432,6 +442,9 @@ class Runner:
         for cell in cells:
             todo = [t for t in cell.tests if (self.bench.name, cell.source.id, cell.method.name, cell.split.seed, t.id)
                     not in done]
+            if self.cfg.task_shard:
+                i, n = self.cfg.task_shard
+                todo = [t for t in todo if shard_of(t.id, n) == i]
             if todo:
                 self.store.verify(cell.artifact)  # a frozen artifact changed on disk: one-line error, not N failures
                 tasks.append(cell_task(self, cell, todo))

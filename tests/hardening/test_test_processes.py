@@ -1,0 +1,47 @@
+"""``--test-processes N``: a cell's test tasks split over N worker processes give the same rows as
+one process, each task exactly once, and a re-run makes no call."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.runner import shard_of
+from tests.conftest import need_data
+from tests.hardening.common import cache_keys, comparable, live_calls, pw_args, row_key, rows, run_sub
+
+
+def test_shards_are_stable_and_cover_every_task():
+    ids = [f"q{i}" for i in range(200)]
+    shards = [shard_of(t, 3) for t in ids]
+    assert set(shards) == {0, 1, 2} and shards == [shard_of(t, 3) for t in ids]
+    assert all(shard_of(t, 1) == 0 for t in ids)
+
+
+@pytest.mark.slow
+def test_test_processes_match_one_process(tmp_path):
+    need_data("phantomwiki")
+    methods, seeds = "hybrid_rag,no_source", "0,1"
+    one = tmp_path / "one"
+    p = run_sub(pw_args(one, "scripted/extractive", methods, 4, seeds, "--no-report"))
+    assert p.returncode == 0, p.stderr
+    two = tmp_path / "two"
+    p = run_sub(pw_args(two, "scripted/extractive", methods, 4, seeds, "--test-processes", "2",
+                        "--max-connections", "4"), timeout=900)
+    assert p.returncode == 0, p.stderr
+    assert "test phase: 2 processes" in p.stdout and "2 connection(s)" in p.stdout
+    final = rows(two)
+    assert len(final) == 16 and len({row_key(r) for r in final}) == 16
+    assert comparable(final) == comparable(rows(one))
+    assert cache_keys(two) == cache_keys(one)
+    assert (two / "report" / "leaderboard.md").exists()
+    calls = live_calls(two)
+    p = run_sub(pw_args(two, "scripted/extractive", methods, 4, seeds, "--test-processes", "2", "--no-report"))
+    assert p.returncode == 0 and "0 new result row(s), 0 live model call(s)" in p.stdout
+    assert live_calls(two) == calls
+
+
+def test_test_processes_refused_with_ray(tmp_path):
+    p = run_sub(pw_args(tmp_path / "x", "scripted/extractive", "no_source", 1, "0", "--executor", "ray",
+                        "--test-processes", "2"))
+    assert p.returncode != 0 and "--test-processes: only with --executor local" in p.stderr
+    assert "Traceback" not in p.stderr
