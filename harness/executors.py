@@ -36,11 +36,12 @@ RAY_LOCAL_OBJECT_STORE_BYTES = 256 * 2**20  # a local instance only moves small 
 
 
 class LocalExecutor:
-    """Everything in this process: the default. With ``test_processes`` = N > 1, learning stays
-    here and the test tasks of every cell are split by a stable hash of their id over N worker
-    processes, each with its own inspect-ai event loop and 1/N of the model connections: one event
-    loop spends about 30 ms of CPU per sample in inspect-ai alone, which caps one process at about
-    33 tasks/s whatever the endpoint's concurrency (see benchmarks/throughput_bench.py)."""
+    """Everything in this process: the default. With ``test_processes`` = N > 1 the test tasks of
+    every cell are split by a stable hash of their id into N shards, each tested on its own
+    inspect-ai event loop with 1/N of the model connections: this process (which learned) takes
+    shard 0 and N - 1 spawned worker processes the others. One event loop spends about 30 ms of CPU
+    per sample in inspect-ai alone, which caps one process at about 33 tasks/s whatever the
+    endpoint's concurrency (see benchmarks/throughput_bench.py)."""
 
     async def execute(self, runner: Runner, pending: list, done: set) -> None:
         n = runner.cfg.test_processes
@@ -50,19 +51,8 @@ class LocalExecutor:
             await runner._test_all(cells, done)
             return
         import concurrent.futures
-        import multiprocessing
-
-        # the workers start (and pay their imports, seconds each) while this process probes and learns
-        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited event loop or threads
-        with concurrent.futures.ProcessPoolExecutor(max_workers=n, mp_context=ctx) as pool:
-            warm = [asyncio.wrap_future(pool.submit(_warm_worker)) for _ in range(n)]
-            await runner._preflight()
-            await runner._learn_all(pending)
-            await asyncio.gather(*warm)
-            await self._test_in_processes(runner, n, pool)
-
-    async def _test_in_processes(self, runner: Runner, n: int, pool: Any) -> None:
         import math
+        import multiprocessing
 
         cfg = runner.cfg
         conns = math.ceil(cfg.max_connections / n) if cfg.max_connections else None
@@ -70,16 +60,27 @@ class LocalExecutor:
         base = replace(cfg, out=runner.out.resolve(), test_processes=1, display="none", write_report=False,
                        max_connections=conns, max_samples=samples,
                        data_dir=cfg.data_dir.resolve() if cfg.data_dir else None)
-        runner.log(f"test phase: {n} processes, each with 1/{n} of every cell's tasks"
-                   + (f" and {conns} connection(s)" if conns else ""))
-        futures = [asyncio.wrap_future(pool.submit(run_share, replace(base, task_shard=(i, n)), "test"))
-                   for i in range(n)]
-        results = await asyncio.gather(*futures, return_exceptions=True)
-        first = next((r for r in results if isinstance(r, BaseException)), None)
+        ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited event loop or threads
+        with concurrent.futures.ProcessPoolExecutor(max_workers=n - 1, mp_context=ctx) as pool:
+            # the workers start (and pay their imports, seconds each) while this process probes and learns
+            warm = [asyncio.wrap_future(pool.submit(_warm_worker)) for _ in range(n - 1)]
+            await runner._preflight()
+            cells = await runner._learn_all(pending)
+            await asyncio.gather(*warm)
+            runner.log(f"test phase: {n} processes, each with 1/{n} of every cell's tasks"
+                       + (f" and {conns} connection(s)" if conns else ""))
+            futures = [asyncio.wrap_future(pool.submit(run_share, replace(base, task_shard=(i, n)), "test"))
+                       for i in range(1, n)]
+            runner.use_shard((0, n), conns, samples)
+            try:
+                results = await asyncio.gather(runner._test_all(cells, done), *futures, return_exceptions=True)
+            finally:
+                runner.use_shard(None, cfg.max_connections, cfg.max_samples)
         runner.live_calls += sum(int(r.get("live_calls", 0)) for r in results if isinstance(r, dict))
         from .inspect_tasks import scrub_logs, unfinished_logs
 
-        scrub_logs(unfinished_logs(runner.out / "logs"))
+        scrub_logs(unfinished_logs(runner.out / "logs"))  # left by killed runs; every process is done
+        first = next((r for r in results if isinstance(r, BaseException)), None)
         if first is not None:
             raise first if isinstance(first, SourceBenchError) else RuntimeError(
                 f"test process failed: {type(first).__name__}: {first}")

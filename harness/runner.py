@@ -453,7 +453,7 @@ class Runner:
         self.log(f"test phase: {len(tasks)} cell(s), {sum(len(t.dataset) for t in tasks)} task(s); "
                  f"logs in {self.out / 'logs'}")
         # a worker of a distributed run must not touch the logs other workers are writing
-        killed_logs = [] if self.is_worker else unfinished_logs(self.out / "logs")
+        killed_logs = [] if self.is_worker or self.cfg.task_shard else unfinished_logs(self.out / "logs")
         # log_realtime off: inspect's live sample buffer (an sqlite write per event) cost more CPU per
         # task than the harness itself; rows are on disk per task anyway, and the logs are complete
         # (and viewable) when each cell ends
@@ -478,6 +478,16 @@ class Runner:
         if errors:
             self.log(f"[yellow]{len(errors)} task(s) raised errors and were not scored; re-run to retry them "
                      f"(first: {errors[0].strip().splitlines()[-1][:200]})[/]")
+
+    def use_shard(self, shard: tuple[int, int] | None, max_connections: int | None, max_samples: int | None) -> None:
+        """Test only shard ``shard`` (i, n) of every cell's tasks, with these limits (``--test-processes``:
+        the driver takes shard 0 while worker processes take the others); ``None`` restores a whole run."""
+        from dataclasses import replace
+
+        self.cfg = replace(self.cfg, task_shard=shard, max_connections=max_connections, max_samples=max_samples)
+        self.spec = replace(self.spec, max_connections=max_connections)
+        if self.judge_spec:
+            self.judge_spec = replace(self.judge_spec, max_connections=max_connections)
 
     def max_samples(self) -> int | None:
         """Concurrent test tasks. With ``--max-connections C`` and no ``--max-samples``: 2C, so that
