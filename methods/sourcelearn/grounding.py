@@ -11,11 +11,12 @@ are listed; those old units are kept, so learning never silently loses supported
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from harness.data import Source
 
@@ -52,14 +53,17 @@ class GroundVerdict(BaseModel):
     unsupported_parts: list[str] = Field(default_factory=list)
 
 
-class BatchItemVerdict(BaseModel):
-    number: int
+class ClaimVerdict(BaseModel):
     supported: bool
     evidence_ids: list[str] = Field(default_factory=list)
 
 
-class BatchVerdicts(BaseModel):
-    verdicts: list[BatchItemVerdict]
+@functools.lru_cache(maxsize=64)
+def batch_verdicts(n: int) -> type[BaseModel]:
+    """The batch reply for n claims: one required key per claim (``claim_1`` .. ``claim_n``), so the
+    schema itself asks for every verdict and a model cannot skip one (a list of numbered verdicts
+    let weak models stop after two, and an unanswered claim counts as unsupported)."""
+    return create_model(f"BatchVerdicts{n}", **{f"claim_{i}": (ClaimVerdict, ...) for i in range(1, n + 1)})
 
 
 class Narrowed(BaseModel):
@@ -183,9 +187,11 @@ async def gate_batch(llm: "BoundLLM", claims: list[tuple[str, list[str]]], sourc
         listing = "\n".join(f"{n}. {s} [cites: {', '.join(c)}]" for n, (s, c) in enumerate(chunk, 1))
         msgs = [{"role": "system", "content": GATE_SYSTEM},
                 {"role": "user", "content": f"Source excerpts:\n{block}\n\nClaims:\n{listing}\n\nFor every claim "
-                 "number say whether the excerpts it cites support it. Reply in JSON."}]
-        res = await llm.structured(msgs, BatchVerdicts, stage=stage, max_tokens=60 * len(chunk) + 50)
-        verdicts = {v.number: v for v in res.value.verdicts} if res.value is not None else {}  # type: ignore[union-attr]
+                 "say whether the excerpts it cites support it (claim_1 for claim 1, and so on). Reply in JSON."}]
+        res = await llm.structured(msgs, batch_verdicts(len(chunk)), stage=stage, max_tokens=60 * len(chunk) + 50,
+                                   choices={"evidence_ids": ids})
+        verdicts = {n: getattr(res.value, f"claim_{n}") for n in range(1, len(chunk) + 1)} if res.value is not None \
+            else {}
         for n, (statement, cited) in enumerate(chunk, 1):
             v = verdicts.get(n)
             ok = bool(v and v.supported)

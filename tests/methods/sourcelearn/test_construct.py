@@ -79,8 +79,8 @@ def reading(messages, schema):
 
 def batch_gate(messages, schema):
     claims = re.findall(r"^(\d+)\. (.*)$", messages[-1]["content"], re.MULTILINE)
-    return json.dumps({"verdicts": [{"number": int(n), "supported": "UNGROUNDED" not in text, "evidence_ids": []}
-                                    for n, text in claims]})
+    return json.dumps({f"claim_{n}": {"supported": "UNGROUNDED" not in text, "evidence_ids": []}
+                       for n, text in claims})
 
 
 def abstraction(messages, schema):
@@ -98,7 +98,7 @@ def abstraction(messages, schema):
 
 
 SCRIPT = dispatch(
-    ("For every claim number say whether", batch_gate),
+    ("For every claim say whether", batch_gate),
     ("Is the claim supported?", json.dumps({"supported": True, "evidence_ids": [], "unsupported_parts": []})),
     ("profile of ONE entity", reading),
     ("numbered units of ONE region", abstraction),
@@ -339,3 +339,12 @@ def test_vague_statements_need_a_direction():
     assert is_vague("Fees vary between accounts")
     assert not is_vague("Fees are higher for business accounts")
     assert not is_vague("Jobs retry three times")
+
+
+def test_batch_gate_schema_asks_for_a_verdict_on_every_claim():
+    from harness.llm import _schema_json
+    from methods.sourcelearn.grounding import batch_verdicts
+
+    s = _schema_json(batch_verdicts(3))
+    assert s["required"] == ["claim_1", "claim_2", "claim_3"] and s["additionalProperties"] is False
+    assert batch_verdicts(3) is batch_verdicts(3)  # one class per size (the schema cache keys on it)

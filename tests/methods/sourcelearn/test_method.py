@@ -36,10 +36,10 @@ def reading(messages, schema):
 
 def batch_gate(messages, schema):
     n = len(re.findall(r"^\d+\. ", messages[-1]["content"], re.MULTILINE))
-    return json.dumps({"verdicts": [{"number": i, "supported": True, "evidence_ids": []} for i in range(1, n + 1)]})
+    return json.dumps({f"claim_{i}": {"supported": True, "evidence_ids": []} for i in range(1, n + 1)})
 
 
-SCRIPT = dispatch(("For every claim number say whether", batch_gate), ("profile of ONE entity", reading))
+SCRIPT = dispatch(("For every claim say whether", batch_gate), ("profile of ONE entity", reading))
 
 
 def learn(method, tmp_path, workdir, guidance=(), source=SOURCE):
