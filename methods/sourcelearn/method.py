@@ -15,6 +15,11 @@ evidence leaves out the task's gold elements, exactly as ``hybrid_rag`` does, wh
 is used as learned: it was learned from the whole source, and the study asks what that learned
 understanding is worth when task-local retrieval misses the gold document. A task without gold
 labels is a scored failure. ``top_k`` = 0 (Figure 5a) answers from the activated model alone.
+
+Ids the model must copy from its prompt (element ids in readings, excerpt and unit ids in
+observations, rewrites and diagnoses) are closed to the ids shown, in the schema sent
+(``choices=``): the paper's "copied verbatim and checked against the source" is then enforced at
+decoding by constrained decoders and structured-output APIs, and still checked in code.
 """
 
 from __future__ import annotations
