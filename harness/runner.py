@@ -16,7 +16,7 @@ import os
 import re
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -482,8 +482,6 @@ class Runner:
     def use_shard(self, shard: tuple[int, int] | None, max_connections: int | None, max_samples: int | None) -> None:
         """Test only shard ``shard`` (i, n) of every cell's tasks, with these limits (``--test-processes``:
         the driver takes shard 0 while worker processes take the others); ``None`` restores a whole run."""
-        from dataclasses import replace
-
         self.cfg = replace(self.cfg, task_shard=shard, max_connections=max_connections, max_samples=max_samples)
         self.spec = replace(self.spec, max_connections=max_connections)
         if self.judge_spec:
