@@ -26,9 +26,9 @@ import time
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from .errors import ConfigError, ModelUnavailableError
 from .io import redact_secrets, secret_values
@@ -519,6 +519,17 @@ def _schema_json(schema: type[BaseModel], portable: bool = False) -> dict[str, A
     from inspect_ai.util import json_schema as to_json_schema
 
     return strict_schema(to_json_schema(schema).model_dump(exclude_none=True), portable)
+
+
+def bounded_text(chars: int) -> Any:
+    """A ``str`` field type whose schema says ``maxLength: chars`` but whose validation does not.
+
+    A grammar-constrained decoder (llama.cpp, vLLM) enforces the bound, so a weak model that starts
+    repeating a phrase inside one string ("the daughter of the daughter of ...") is made to close it
+    instead of running on to ``max_tokens`` (in a SmolLM2 SourceLearn construction, 32 of 151 calls
+    did, 58% of all generated tokens). OpenAI's strict mode gets the bound as words in the description
+    (:func:`strict_schema`); a longer reply from any model still validates."""
+    return Annotated[str, Field(json_schema_extra={"maxLength": int(chars)})]
 
 
 def with_choices(schema: dict[str, Any], choices: dict[str, list[str]]) -> dict[str, Any]:

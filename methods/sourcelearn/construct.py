@@ -36,7 +36,7 @@ from harness.data import Element, Source
 
 from .config import SourceLearnConfig
 from .grounding import GateStats, gate_batch, gate_unit
-from .model import Anchor, Attribute, Entity, Region, Scope, SourceModel, Unit
+from .model import Anchor, Attribute, Entity, Phrase, Region, Scope, SourceModel, Statement, Unit
 from .regions import Partition, partition
 
 if TYPE_CHECKING:
@@ -123,31 +123,31 @@ def reading_elements(ent: Entity, source: Source) -> list[Element]:
 
 # -- structured replies ------------------------------------------------------------------------
 class ReadingBrief(BaseModel):
-    purpose: str = Field(description="what the source is for, in one or two sentences")
-    scenarios: list[str] = Field(description="kinds of questions or tasks the source will be used for")
-    main_objects: list[str] = Field(description="the main kinds of things the source describes")
-    ignore: list[str] = Field(description="content that is noise for those tasks")
+    purpose: Statement = Field(description="what the source is for, in one or two sentences")
+    scenarios: list[Phrase] = Field(description="kinds of questions or tasks the source will be used for")
+    main_objects: list[Phrase] = Field(description="the main kinds of things the source describes")
+    ignore: list[Phrase] = Field(description="content that is noise for those tasks")
 
 
 class RegionMap(BaseModel):
-    about: str = Field(description="one line: what this region is about (used to route questions)")
-    relations: list[str] = Field(description="how entities of the region relate to or depend on each other")
+    about: Statement = Field(description="one line: what this region is about (used to route questions)")
+    relations: list[Statement] = Field(description="how entities of the region relate to or depend on each other")
 
 
 class AttributeItem(BaseModel):
-    name: str
-    value: str
+    name: Phrase
+    value: Statement
     element_id: str
 
 
 class StatementItem(BaseModel):
-    statement: str
-    conditions: list[str] = Field(default_factory=list, description="when the statement holds, if it depends on it")
+    statement: Statement
+    conditions: list[Phrase] = Field(default_factory=list, description="when the statement holds, if it depends on it")
     element_ids: list[str]
 
 
 class DetailItem(BaseModel):
-    statement: str
+    statement: Statement
     element_id: str
 
 
@@ -160,8 +160,8 @@ class EntityReading(BaseModel):
 
 class AbstractItem(BaseModel):
     kind: Literal["shared_rule", "distinction", "exception"]
-    statement: str
-    conditions: list[str] = Field(default_factory=list)
+    statement: Statement
+    conditions: list[Phrase] = Field(default_factory=list)
     units: list[int] = Field(description="numbers of the listed units this item rests on")
     replaces: list[int] = Field(default_factory=list, description="numbers of cited units a shared rule fully subsumes")
 

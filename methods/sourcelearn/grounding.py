@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, create_model
 
 from harness.data import Source
 
-from .model import Unit
+from .model import Phrase, Statement, Unit
 
 if TYPE_CHECKING:
     from harness.llm import BoundLLM
@@ -50,7 +50,7 @@ def excerpts_block(source: Source, element_ids: list[str], max_chars: int = EXCE
 class GroundVerdict(BaseModel):
     supported: bool
     evidence_ids: list[str] = Field(default_factory=list, description="ids of the excerpts that establish it")
-    unsupported_parts: list[str] = Field(default_factory=list)
+    unsupported_parts: list[Phrase] = Field(default_factory=list)
 
 
 class ClaimVerdict(BaseModel):
@@ -67,7 +67,7 @@ def batch_verdicts(n: int) -> type[BaseModel]:
 
 
 class Narrowed(BaseModel):
-    statement: str = Field(description="the claim reduced to what the excerpts establish; empty if nothing")
+    statement: Statement = Field(description="the claim reduced to what the excerpts establish; empty if nothing")
 
 
 GATE_SYSTEM = (

@@ -16,8 +16,14 @@ from pydantic import BaseModel, Field
 from harness.data import Source, estimate_tokens, stable_hash
 from harness.errors import DataError
 from harness.io import atomic_write_text, read_json
+from harness.llm import bounded_text
 
 FORMAT_VERSION = 1
+
+# Reply field types of the stages' structured calls: a unit is one atomic statement, so a bound of a
+# few hundred characters never binds a sensible reply but stops a decoder that loops inside a string.
+Statement = bounded_text(300)
+Phrase = bounded_text(120)
 
 Role = Literal["map", "pattern", "mechanism", "distinction", "procedure", "exception", "relation", "detail", "card"]
 ROLES: tuple[str, ...] = Role.__args__  # type: ignore[attr-defined]

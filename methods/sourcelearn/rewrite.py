@@ -30,7 +30,7 @@ from pydantic import BaseModel, Field
 from harness.data import Source
 
 from .grounding import GateStats, gate_unit, preservation_check
-from .model import Origin, Scope, SourceModel, Unit
+from .model import Origin, Phrase, Scope, SourceModel, Statement, Unit
 
 if TYPE_CHECKING:
     from harness.llm import BoundLLM
@@ -140,10 +140,10 @@ class Note:
 
 # -- the writer -------------------------------------------------------------------------------
 class ProposedUnit(BaseModel):
-    statement: str
+    statement: Statement
     role: WriterRole
     scope_keys: list[str] = Field(default_factory=list, description="one entity key, two for a relation, none = region")
-    conditions: list[str] = Field(default_factory=list)
+    conditions: list[Phrase] = Field(default_factory=list)
     element_ids: list[str] = Field(default_factory=list, description="bracketed excerpt ids, copied exactly")
     absorbs: list[str] = Field(default_factory=list, description="ids of current units this unit replaces")
     notes: list[int] = Field(default_factory=list)

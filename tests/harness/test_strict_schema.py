@@ -2,7 +2,7 @@
 
 from pydantic import BaseModel, Field
 
-from harness.llm import _schema_json, strict_schema
+from harness.llm import _schema_json, bounded_text, strict_schema
 
 
 class Item(BaseModel):
@@ -90,3 +90,20 @@ def test_choices_put_a_closed_id_set_into_the_schema_sent_and_into_the_cache_key
     again = asyncio.run(llm.structured("cite", Cites, method="m", phase="learn",
                                        choices={"element_id": ids, "element_ids": ids, "other": ids}))
     assert len(scripted.CALLS) == 2 and again.value is not None
+
+
+class Bounded(BaseModel):
+    statement: bounded_text(300)
+    conditions: list[bounded_text(120)] = Field(default_factory=list, description="when it holds")
+
+
+def test_bounded_text_bounds_the_decoder_but_not_validation():
+    sent = _schema_json(Bounded)
+    assert sent["properties"]["statement"]["maxLength"] == 300
+    assert sent["properties"]["conditions"]["items"]["maxLength"] == 120
+    assert sent["properties"]["conditions"]["description"] == "when it holds"
+    portable = _schema_json(Bounded, True)  # OpenAI's strict mode: the bound becomes words
+    assert "maxLength" not in portable["properties"]["statement"]
+    assert portable["properties"]["statement"]["description"] == "at most 300 characters"
+    long = Bounded.model_validate({"statement": "x" * 400, "conditions": ["y" * 200]})
+    assert len(long.statement) == 400 and len(long.conditions[0]) == 200

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from harness.data import Source
 
-from ..model import Unit
+from ..model import Statement, Unit
 from ..rewrite import Note, excerpt_blocks, fit, material_chars, policy_note, unit_line
 
 if TYPE_CHECKING:
@@ -25,9 +25,9 @@ OBSERVE_MAX_TOKENS = 1_200
 
 
 class ObservationItem(BaseModel):
-    note: str = Field(description="one thing the evidence establishes that the model does not yet explain well")
+    note: Statement = Field(description="one thing the evidence establishes that the model does not yet explain well")
     evidence_ids: list[str] = Field(default_factory=list, description="bracketed ids of the excerpts it rests on")
-    implication: str = Field(default="", description="what it means for the model")
+    implication: Statement = Field(default="", description="what it means for the model")
     unit_ids: list[str] = Field(default_factory=list, description="ids of the model units it concerns")
 
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from ..model import SourceModel
+from ..model import Phrase, SourceModel
 from ..rewrite import Note, fit, material_chars, resolve_entity
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ class ProposedAction(BaseModel):
     kind: Literal["DEEPEN", "CONNECT"]
     entities: list[str] = Field(description="one entity key for DEEPEN, two for CONNECT, copied exactly")
     observation: int = Field(description="number of the observation this action resolves")
-    question: str = Field(description="one focused question")
+    question: Phrase = Field(description="one focused question")
 
 
 class StudyPlan(BaseModel):

@@ -20,6 +20,7 @@ from pydantic import BaseModel, Field
 from harness.data import Source, Task, normalise_ws
 from harness.retrieval import HybridIndex, per_file_cap_for
 
+from ..model import Statement
 from ..rewrite import excerpt_blocks, fit, material_chars
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class TaskNeeds:
 
 
 class Requirement(BaseModel):
-    claim: str = Field(description="one statement about the source, as the excerpts state it")
+    claim: Statement = Field(description="one statement about the source, as the excerpts state it")
     evidence_ids: list[str] = Field(default_factory=list)
 
 

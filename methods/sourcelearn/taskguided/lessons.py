@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 
 from harness.data import Source, normalise_ws
 
-from ..model import SourceModel, Unit
+from ..model import SourceModel, Statement, Unit
 from ..rewrite import excerpt_blocks, fit, material_chars, unit_line
 from .diagnose import TaskNeeds
 
@@ -132,7 +132,7 @@ class Lesson:
 
 class LessonOut(BaseModel):
     kind: Literal["preserve", "granularity", "distinguish", "relate", "condition", "none"]
-    lesson: str = Field(default="", description="one general preference; empty when kind is none")
+    lesson: Statement = Field(default="", description="one general preference; empty when kind is none")
 
 
 LESSON_SYSTEM = (

@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field
 
 from harness.data import normalise_ws
 
+from ..model import Statement
 from ..rewrite import fit, material_chars
 from .lessons import IdentifierVocab, Lesson
 
@@ -25,7 +26,7 @@ POLICY_MAX_TOKENS = 1_200
 
 
 class Preference(BaseModel):
-    text: str
+    text: Statement
     lessons: list[int] = Field(default_factory=list, description="numbers of the lessons it consolidates")
     keeps_item: int = Field(default=0, description="number of the existing item it restates or refines; 0 if none")
 
