@@ -15,6 +15,7 @@ On top of inspect this layer adds what an evaluation harness needs:
 from __future__ import annotations
 
 import asyncio
+import collections
 import functools
 import hashlib
 import json
@@ -478,7 +479,8 @@ class LLM:
 
 # keywords OpenAI's strict mode refuses; on its API they become words in the field's description
 _UNPORTABLE = {"maxLength": "at most {} characters", "minLength": "at least {} characters",
-               "maximum": "at most {}", "minimum": "at least {}"}
+               "maximum": "at most {}", "minimum": "at least {}",
+               "maxItems": "at most {} items", "minItems": "at least {} items"}
 
 
 def strict_schema(node: Any, portable: bool = False) -> Any:
@@ -518,7 +520,37 @@ def _schema_json(schema: type[BaseModel], portable: bool = False) -> dict[str, A
     is also part of the cache key, so a change to it is a cache miss, never a stale reply."""
     from inspect_ai.util import json_schema as to_json_schema
 
-    return strict_schema(to_json_schema(schema).model_dump(exclude_none=True), portable)
+    reduced = to_json_schema(schema).model_dump(exclude_none=True)
+    return strict_schema(_with_array_bounds(reduced, _pydantic_schema(schema)), portable)
+
+
+_ARRAY_BOUNDS = ("minItems", "maxItems")
+
+
+def _pydantic_schema(schema: type[BaseModel]) -> dict[str, Any]:
+    from harness.providers.local_llama import prepare_json_schema  # inlines pydantic's $defs
+
+    return prepare_json_schema(schema.model_json_schema())
+
+
+def _with_array_bounds(node: Any, full: Any) -> Any:
+    """``node`` (inspect's reading of a model's schema) with the array bounds pydantic's own schema
+    has (``Field(max_length=...)`` on a list), which inspect's ``JSONSchema`` type drops."""
+    if not isinstance(node, dict) or not isinstance(full, dict):
+        return node
+    out = dict(node)
+    for k in _ARRAY_BOUNDS:
+        if k in full and k not in out:
+            out[k] = full[k]
+    props, full_props = node.get("properties"), full.get("properties")
+    if isinstance(props, dict) and isinstance(full_props, dict):
+        out["properties"] = {n: _with_array_bounds(sub, full_props.get(n)) for n, sub in props.items()}
+    if isinstance(node.get("items"), dict):
+        out["items"] = _with_array_bounds(node["items"], full.get("items"))
+    if isinstance(node.get("anyOf"), list) and isinstance(full.get("anyOf"), list) \
+            and len(node["anyOf"]) == len(full["anyOf"]):
+        out["anyOf"] = [_with_array_bounds(a, b) for a, b in zip(node["anyOf"], full["anyOf"], strict=True)]
+    return out
 
 
 def bounded_text(chars: int) -> Any:
@@ -530,6 +562,14 @@ def bounded_text(chars: int) -> Any:
     did, 58% of all generated tokens). OpenAI's strict mode gets the bound as words in the description
     (:func:`strict_schema`); a longer reply from any model still validates."""
     return Annotated[str, Field(json_schema_extra={"maxLength": int(chars)})]
+
+
+def bounded_list(item: Any, items: int) -> Any:
+    """A ``list[item]`` field type whose schema says ``maxItems: items``, again for the decoder only
+    (a small model under a grammar also repeats list entries until ``max_tokens``). inspect's schema
+    type cannot carry ``maxItems``; in-process decoders get it through :func:`full_schema`, API
+    models as words in the description."""
+    return Annotated[list[item], Field(json_schema_extra={"maxItems": int(items)})]
 
 
 def with_choices(schema: dict[str, Any], choices: dict[str, list[str]]) -> dict[str, Any]:
@@ -563,17 +603,42 @@ def with_choices(schema: dict[str, Any], choices: dict[str, list[str]]) -> dict[
     return walk(schema)
 
 
+# Schemas as the harness built them, by the reduced form inspect's ``JSONSchema`` type keeps (it has
+# no minItems/maxItems). A decoder running in this process (``local/`` models) looks its response
+# schema up here, so it enforces array bounds that no request to a server could carry through inspect.
+_FULL_SCHEMAS: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
+_FULL_SCHEMAS_MAX = 4096
+_FULL_SCHEMAS_LOCK = threading.Lock()
+
+
+def _reduced_key(reduced: dict[str, Any]) -> str:
+    return json.dumps(reduced, sort_keys=True, ensure_ascii=False)
+
+
 def _json_schema_model(schema: dict[str, Any]) -> Any:
     from inspect_ai.util import JSONSchema
 
-    return JSONSchema.model_validate(schema)
+    model = JSONSchema.model_validate(schema)
+    reduced = model.model_dump(exclude_none=True)
+    if reduced != schema:
+        key = _reduced_key(reduced)
+        with _FULL_SCHEMAS_LOCK:
+            _FULL_SCHEMAS[key] = schema
+            _FULL_SCHEMAS.move_to_end(key)
+            while len(_FULL_SCHEMAS) > _FULL_SCHEMAS_MAX:
+                _FULL_SCHEMAS.popitem(last=False)
+    return model
 
 
-@functools.lru_cache(maxsize=512)
+def full_schema(reduced: dict[str, Any]) -> dict[str, Any]:
+    """The schema the harness built whose reduced form (inspect's ``JSONSchema`` dumped) is
+    ``reduced``, with the keys that form lost; ``reduced`` itself if the harness built none."""
+    with _FULL_SCHEMAS_LOCK:
+        return _FULL_SCHEMAS.get(_reduced_key(reduced), reduced)
+
+
 def _inspect_schema(schema: type[BaseModel], portable: bool = False) -> Any:
-    from inspect_ai.util import JSONSchema
-
-    return JSONSchema.model_validate(_schema_json(schema, portable))
+    return _json_schema_model(_schema_json(schema, portable))  # not cached: it (re)registers the full form
 
 
 def _validate(schema: type[T], text: str) -> T:

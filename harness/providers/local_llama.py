@@ -29,6 +29,8 @@ Build ``response_schema`` with ``inspect_ai.util.json_schema(PydanticModel)`` (i
 ``$defs``), not ``ResponseSchema(json_schema=Model.model_json_schema())``: inspect's ``JSONSchema`` type
 silently drops ``$ref``, ``$defs``, ``const``, ``minItems`` and other keys it does not model, so a
 referenced sub-model arrives as ``{}`` (unconstrained) and a one-value ``Literal`` as a plain string.
+Array bounds (``minItems``/``maxItems``) of schemas the harness sends (``harness.llm``) are looked
+up in its registry of full schemas (:func:`harness.llm.full_schema`), so the grammar enforces them.
 A 135M model also needs the expected shape shown in the prompt (an example object): the grammar
 guarantees the syntax, but without an example SmolLM2 often runs on inside a string or list until
 ``max_tokens``.
@@ -449,7 +451,9 @@ class LocalLlamaAPI(ModelAPI):
             request["logit_bias"] = dict(config.logit_bias)
         schema: dict[str, Any] | None = None
         if config.response_schema is not None:
-            schema = prepare_json_schema(config.response_schema.json_schema)
+            from harness.llm import full_schema  # array bounds inspect's JSONSchema type cannot carry
+
+            schema = prepare_json_schema(full_schema(config.response_schema.json_schema.model_dump(exclude_none=True)))
             request["response_format"] = {"type": "json_object", "schema": schema}
 
         llm = await anyio.to_thread.run_sync(self.llama)

@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from harness.data import Element, Source
+from harness.llm import bounded_list
 
 from .config import SourceLearnConfig
 from .grounding import GateStats, gate_batch, gate_unit
-from .model import Anchor, Attribute, Entity, Phrase, Region, Scope, SourceModel, Statement, Unit
+from .model import Anchor, Attribute, Entity, Few, Ids, Phrase, Region, Scope, SourceModel, Statement, Unit
 from .regions import Partition, partition
 
 if TYPE_CHECKING:
@@ -122,16 +123,19 @@ def reading_elements(ent: Entity, source: Source) -> list[Element]:
 
 
 # -- structured replies ------------------------------------------------------------------------
+SLOT_ITEMS = 12  # decoder bound per slot of an entity reading; max_per_slot (default 6) keeps the first ones
+
+
 class ReadingBrief(BaseModel):
     purpose: Statement = Field(description="what the source is for, in one or two sentences")
-    scenarios: list[Phrase] = Field(description="kinds of questions or tasks the source will be used for")
-    main_objects: list[Phrase] = Field(description="the main kinds of things the source describes")
-    ignore: list[Phrase] = Field(description="content that is noise for those tasks")
+    scenarios: bounded_list(Phrase, 6) = Field(description="kinds of questions or tasks the source will be used for")
+    main_objects: bounded_list(Phrase, 6) = Field(description="the main kinds of things the source describes")
+    ignore: bounded_list(Phrase, 6) = Field(description="content that is noise for those tasks")
 
 
 class RegionMap(BaseModel):
     about: Statement = Field(description="one line: what this region is about (used to route questions)")
-    relations: list[Statement] = Field(description="how entities of the region relate to or depend on each other")
+    relations: bounded_list(Statement, 8) = Field(description="how entities of the region relate to or depend on each other")
 
 
 class AttributeItem(BaseModel):
@@ -142,8 +146,8 @@ class AttributeItem(BaseModel):
 
 class StatementItem(BaseModel):
     statement: Statement
-    conditions: list[Phrase] = Field(default_factory=list, description="when the statement holds, if it depends on it")
-    element_ids: list[str]
+    conditions: bounded_list(Phrase, Few) = Field(default_factory=list, description="when the statement holds, if it depends on it")
+    element_ids: Ids
 
 
 class DetailItem(BaseModel):
@@ -152,22 +156,22 @@ class DetailItem(BaseModel):
 
 
 class EntityReading(BaseModel):
-    attributes: list[AttributeItem] = Field(default_factory=list)
-    mechanisms: list[StatementItem] = Field(default_factory=list)
-    distinctions: list[StatementItem] = Field(default_factory=list)
-    decisive_details: list[DetailItem] = Field(default_factory=list)
+    attributes: bounded_list(AttributeItem, SLOT_ITEMS) = Field(default_factory=list)
+    mechanisms: bounded_list(StatementItem, SLOT_ITEMS) = Field(default_factory=list)
+    distinctions: bounded_list(StatementItem, SLOT_ITEMS) = Field(default_factory=list)
+    decisive_details: bounded_list(DetailItem, SLOT_ITEMS) = Field(default_factory=list)
 
 
 class AbstractItem(BaseModel):
     kind: Literal["shared_rule", "distinction", "exception"]
     statement: Statement
-    conditions: list[Phrase] = Field(default_factory=list)
+    conditions: bounded_list(Phrase, Few) = Field(default_factory=list)
     units: list[int] = Field(description="numbers of the listed units this item rests on")
     replaces: list[int] = Field(default_factory=list, description="numbers of cited units a shared rule fully subsumes")
 
 
 class Abstraction(BaseModel):
-    items: list[AbstractItem]
+    items: bounded_list(AbstractItem, 12)
 
 
 # -- prompts (own wording; facts from the paper's Appendix C.1) ----------------------------------

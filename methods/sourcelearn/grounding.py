@@ -19,8 +19,9 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field, create_model
 
 from harness.data import Source
+from harness.llm import bounded_list
 
-from .model import Phrase, Statement, Unit
+from .model import Few, Ids, Phrase, Statement, Unit
 
 if TYPE_CHECKING:
     from harness.llm import BoundLLM
@@ -49,13 +50,13 @@ def excerpts_block(source: Source, element_ids: list[str], max_chars: int = EXCE
 
 class GroundVerdict(BaseModel):
     supported: bool
-    evidence_ids: list[str] = Field(default_factory=list, description="ids of the excerpts that establish it")
-    unsupported_parts: list[Phrase] = Field(default_factory=list)
+    evidence_ids: Ids = Field(default_factory=list, description="ids of the excerpts that establish it")
+    unsupported_parts: bounded_list(Phrase, Few) = Field(default_factory=list)
 
 
 class ClaimVerdict(BaseModel):
     supported: bool
-    evidence_ids: list[str] = Field(default_factory=list)
+    evidence_ids: Ids = Field(default_factory=list)
 
 
 @functools.lru_cache(maxsize=64)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 from harness.data import Source, estimate_tokens, stable_hash
 from harness.errors import DataError
 from harness.io import atomic_write_text, read_json
-from harness.llm import bounded_text
+from harness.llm import bounded_list, bounded_text
 
 FORMAT_VERSION = 1
 
@@ -24,6 +24,8 @@ FORMAT_VERSION = 1
 # few hundred characters never binds a sensible reply but stops a decoder that loops inside a string.
 Statement = bounded_text(300)
 Phrase = bounded_text(120)
+Few = 3  # conditions of one statement
+Ids = bounded_list(str, 6)  # ids a statement cites
 
 Role = Literal["map", "pattern", "mechanism", "distinction", "procedure", "exception", "relation", "detail", "card"]
 ROLES: tuple[str, ...] = Role.__args__  # type: ignore[attr-defined]

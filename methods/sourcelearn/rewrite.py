@@ -28,9 +28,10 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from harness.data import Source
+from harness.llm import bounded_list
 
 from .grounding import GateStats, gate_unit, preservation_check
-from .model import Origin, Phrase, Scope, SourceModel, Statement, Unit
+from .model import Few, Ids, Origin, Phrase, Scope, SourceModel, Statement, Unit
 
 if TYPE_CHECKING:
     from harness.llm import BoundLLM
@@ -142,9 +143,9 @@ class Note:
 class ProposedUnit(BaseModel):
     statement: Statement
     role: WriterRole
-    scope_keys: list[str] = Field(default_factory=list, description="one entity key, two for a relation, none = region")
-    conditions: list[Phrase] = Field(default_factory=list)
-    element_ids: list[str] = Field(default_factory=list, description="bracketed excerpt ids, copied exactly")
+    scope_keys: bounded_list(str, 2) = Field(default_factory=list, description="one entity key, two for a relation, none = region")
+    conditions: bounded_list(Phrase, Few) = Field(default_factory=list)
+    element_ids: Ids = Field(default_factory=list, description="bracketed excerpt ids, copied exactly")
     absorbs: list[str] = Field(default_factory=list, description="ids of current units this unit replaces")
     notes: list[int] = Field(default_factory=list)
 

@@ -2,7 +2,7 @@
 
 from pydantic import BaseModel, Field
 
-from harness.llm import _schema_json, bounded_text, strict_schema
+from harness.llm import _inspect_schema, _schema_json, bounded_list, bounded_text, full_schema, strict_schema
 
 
 class Item(BaseModel):
@@ -107,3 +107,22 @@ def test_bounded_text_bounds_the_decoder_but_not_validation():
     assert portable["properties"]["statement"]["description"] == "at most 300 characters"
     long = Bounded.model_validate({"statement": "x" * 400, "conditions": ["y" * 200]})
     assert len(long.statement) == 400 and len(long.conditions[0]) == 200
+
+
+class Listed(BaseModel):
+    names: bounded_list(bounded_text(20), 3) = Field(default_factory=list, description="who")
+    scores: list[int] = Field(default_factory=list, max_length=2)
+
+
+def test_array_bounds_survive_inspects_schema_type_for_in_process_decoders():
+    sent = _schema_json(Listed)
+    assert sent["properties"]["names"]["maxItems"] == 3 and sent["properties"]["scores"]["maxItems"] == 2
+    assert sent["properties"]["names"]["items"]["maxLength"] == 20
+    reduced = _inspect_schema(Listed).model_dump(exclude_none=True)  # what reaches a provider through inspect
+    assert "maxItems" not in reduced["properties"]["names"]
+    assert full_schema(reduced) == sent  # what the local provider's grammar is built from
+    unknown = {"type": "object", "properties": {"x": {"type": "string"}}}
+    assert full_schema(unknown) is unknown
+    portable = _schema_json(Listed, True)
+    assert portable["properties"]["names"]["description"] == "who; at most 3 items"
+    assert Listed.model_validate({"names": ["a", "b", "c", "d"]}).names[3] == "d"  # the bound is not validation

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from harness.llm import bounded_list
+
 from ..model import Phrase, SourceModel
 from ..rewrite import Note, fit, material_chars, resolve_entity
 
@@ -40,7 +42,7 @@ class Action:
 
 class ProposedAction(BaseModel):
     kind: Literal["DEEPEN", "CONNECT"]
-    entities: list[str] = Field(description="one entity key for DEEPEN, two for CONNECT, copied exactly")
+    entities: bounded_list(str, 2) = Field(description="one entity key for DEEPEN, two for CONNECT, copied exactly")
     observation: int = Field(description="number of the observation this action resolves")
     question: Phrase = Field(description="one focused question")
 

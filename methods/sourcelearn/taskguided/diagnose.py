@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field
 from harness.data import Source, Task, normalise_ws
 from harness.retrieval import HybridIndex, per_file_cap_for
 
-from ..model import Statement
+from ..model import Ids, Statement
 from ..rewrite import excerpt_blocks, fit, material_chars
 
 if TYPE_CHECKING:
@@ -50,11 +50,11 @@ class TaskNeeds:
 
 class Requirement(BaseModel):
     claim: Statement = Field(description="one statement about the source, as the excerpts state it")
-    evidence_ids: list[str] = Field(default_factory=list)
+    evidence_ids: Ids = Field(default_factory=list)
 
 
 class Diagnosis(BaseModel):
-    support_ids: list[str] = Field(default_factory=list, description="excerpts that directly support the reference")
+    support_ids: Ids = Field(default_factory=list, description="excerpts that directly support the reference")
     claims: list[Requirement] = Field(default_factory=list)
 
 
