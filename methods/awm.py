@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from harness.data import Answer, Evidence, Source, Task, normalise_ws, stable_hash
 from harness.errors import ConfigError
+from harness.llm import bounded_list, bounded_text
 from harness.method import Context, LearnContext, Method, MethodConfig
 
 from .evidence import TOP_K, load_index, retrieve
@@ -49,16 +50,16 @@ MIN_STEPS = 2
 class Workflow(BaseModel):
     """One induced sub-routine; steps use ``{variables}`` for the values that change between tasks."""
 
-    name: str
-    description: str
-    steps: list[str]
+    name: bounded_text(120)
+    description: bounded_text(300)
+    steps: bounded_list(bounded_text(300), 12)
 
 
 class WorkflowSet(BaseModel):
-    """The schema of the induction call (no length limits: short workflows are dropped afterwards,
+    """The schema of the induction call (no minimum lengths: short workflows are dropped afterwards,
     so one bad workflow does not make the whole reply invalid)."""
 
-    workflows: list[Workflow]
+    workflows: bounded_list(Workflow, 12)
 
 
 class AWMConfig(MethodConfig):
@@ -225,6 +226,8 @@ class AWM(Method):
         ("If all successful experiences do not fit the model's context window (chars/4), only as many as fit are "
          "used, in a seeded hash order of task ids; the number used is recorded in the artifact stats."),
         "The workflow set enters the shared answer prompt as notes (no agent loop or action space).",
+        ("The induction reply's schema bounds what a constrained decoder may write (12 workflows of at most 12 "
+         "steps, 300 characters each) so a small model cannot loop to max_tokens; the official has none."),
     ]
 
     # -- learn ----------------------------------------------------------------------------------

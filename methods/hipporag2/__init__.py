@@ -100,6 +100,8 @@ class HippoRAG2(Method):
         ("the run's embedding model without query instructions (the official default NV-Embed-v2 uses them; "
          "the paper's text-embedding-3-large has none); facts are embedded as 'subject relation object'"),
         "entity normalisation keeps Unicode letters and digits and collapses whitespace (official: ASCII only)",
+        ("reply schemas bound what a constrained decoder may write (phrases 120 characters, 40 entities or "
+         "triples per passage, 8 kept facts) so a small model cannot loop to max_tokens; the official has none"),
         ("deterministic tie-breaking (sorted entities and facts, passages in source order); a constant score "
          "vector min-max normalises to ones instead of dividing by zero"),
     ]

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from harness.data import Element
+from harness.llm import bounded_list, bounded_text
 
 from .prompts import ner_messages, triple_messages
 
@@ -31,18 +32,23 @@ CONCURRENCY = 16  # passages in flight at once; the model layer caps connections
 _NON_ALNUM = re.compile(r"[\W_]+", re.UNICODE)
 
 
+# decoder bounds only (the official extraction has none): a phrase of 120 characters, 40 per passage
+Phrase = bounded_text(120)
+PER_PASSAGE = 40
+
+
 class NamedEntities(BaseModel):
-    named_entities: list[str]
+    named_entities: bounded_list(Phrase, PER_PASSAGE)
 
 
 class TripleItem(BaseModel):
-    subject: str
-    relation: str
-    object: str
+    subject: Phrase
+    relation: Phrase
+    object: Phrase
 
 
 class Triples(BaseModel):
-    triples: list[TripleItem]
+    triples: bounded_list(TripleItem, PER_PASSAGE)
 
 
 def normalise(text: str) -> str:

@@ -22,6 +22,7 @@ import numpy as np
 from pydantic import BaseModel
 
 from harness.embeddings import Embedder
+from harness.llm import bounded_list
 
 from .graph import GraphData, to_igraph
 from .openie import Triple, TripleItem, normalise
@@ -34,7 +35,7 @@ FILTER_MAX_TOKENS = 512  # the official filter call's output budget
 
 
 class FactFilter(BaseModel):
-    facts: list[TripleItem]
+    facts: bounded_list(TripleItem, 8)  # a selection from fact_top_k (5) candidates
 
 
 @dataclass(frozen=True)
