@@ -18,21 +18,21 @@ from typing import Literal
 from pydantic import BaseModel
 
 from harness.data import normalise_ws
-from harness.llm import BoundLLM
+from harness.llm import BoundLLM, bounded_list
 
 from .calls import bounded_map
 from .claims import PARENT_TYPE, KnowledgeType, Route
 from .experience import Trajectory, grounded_spans
-from .extract import ExtractedClaim
+from .extract import ExtractedClaim, Spans, Text
 
 
 class AtomItem(BaseModel):
-    claim: str
-    evidence_spans: list[str]
+    claim: Text
+    evidence_spans: Spans
 
 
 class AtomReply(BaseModel):
-    atoms: list[AtomItem]
+    atoms: bounded_list(AtomItem, 8)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from harness.data import normalise_ws
-from harness.llm import BoundLLM
+from harness.llm import BoundLLM, bounded_list, bounded_text
 
 from .claims import PARENT_TYPE, KnowledgeType
 from .experience import Trajectory, grounded_spans
@@ -27,17 +27,23 @@ from .experience import Trajectory, grounded_spans
 # -- schemas ---------------------------------------------------------------------------------------
 
 
+# decoder bounds only (see harness.llm.bounded_text): one claim is a sentence, quoted spans are short
+Text = bounded_text(300)
+Spans = bounded_list(Text, 4)
+PER_BATCH = 12
+
+
 class FirstOrderItem(BaseModel):
-    claim: str
-    scope: str
+    claim: Text
+    scope: Text
     source_trajectories: list[str]
-    evidence_spans: list[str]
+    evidence_spans: Spans
     grounding_type: Literal["direct", "indirect"]
-    grounding_explanation: str
+    grounding_explanation: Text
 
 
 class FirstOrderReply(BaseModel):
-    claims: list[FirstOrderItem]
+    claims: bounded_list(FirstOrderItem, PER_BATCH)
 
 
 class SecondOrderItem(FirstOrderItem):
@@ -45,7 +51,7 @@ class SecondOrderItem(FirstOrderItem):
 
 
 class SecondOrderReply(BaseModel):
-    claims: list[SecondOrderItem]
+    claims: bounded_list(SecondOrderItem, PER_BATCH)
 
 
 @dataclass(frozen=True)

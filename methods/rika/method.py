@@ -105,6 +105,8 @@ class RIKA(Method):
         ("A failed routing call routes the atom to deferred; a failed atomisation keeps the grounded claim whole; "
          "a failed relation judgment withholds the atom for that batch; all are counted in the artifact stats."),
         "Claims reach the shared answer prompt as notes (no agent loop or system-prompt injection).",
+        ("Reply schemas bound what a constrained decoder may write (claims and spans 300 characters, 12 claims "
+         "per extraction, 4 spans, 8 atoms) so a small model cannot loop to max_tokens; the paper sets none."),
     ]
 
     # -- learn ----------------------------------------------------------------------------------

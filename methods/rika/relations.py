@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from harness.data import normalise_ws
 from harness.embeddings import Embedder
-from harness.llm import BoundLLM
+from harness.llm import BoundLLM, bounded_list
 
 from .atomise import Atom
 from .calls import bounded_map
@@ -43,7 +43,7 @@ class RelationItem(BaseModel):
 
 
 class RelationReply(BaseModel):
-    relations: list[RelationItem]
+    relations: bounded_list(RelationItem, 8)  # one per candidate (at most 8)
 
 
 SYSTEM = "You judge logical relations between knowledge claims."

@@ -16,7 +16,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from harness.data import normalise_ws
-from harness.llm import BoundLLM
+from harness.llm import BoundLLM, bounded_text
 
 from .atomise import Atom
 from .calls import bounded_map
@@ -26,7 +26,7 @@ RoutingMode = Literal["model", "immediate", "deferred"]
 
 class RouteReply(BaseModel):
     route: Literal["immediate", "deferred"]
-    reason: str
+    reason: bounded_text(300)
 
 
 SYSTEM = "You decide how much corroboration a knowledge claim needs before it may guide later answers."
