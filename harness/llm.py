@@ -25,6 +25,7 @@ import sqlite3
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -160,6 +161,8 @@ class UsageLedger:
             lambda: {"calls": 0, "input_tokens": 0, "output_tokens": 0, "seconds": 0.0}
         )
         self.failures: list[dict[str, str]] = []
+        # called after every counted call with (stage, status): the runner's progress display
+        self.on_call: Callable[[str, str], None] | None = None
 
     def add(self, method: str, phase: str, stage: str, status: str, inp: int, out: int, secs: float) -> None:
         with self._lock:
@@ -168,6 +171,12 @@ class UsageLedger:
             r["input_tokens"] += inp
             r["output_tokens"] += out
             r["seconds"] += secs
+        if self.on_call is not None:
+            self.on_call(stage, status)
+
+    def calls(self, status: str) -> int:
+        with self._lock:
+            return int(sum(v["calls"] for (_, _, _, s), v in self.rows.items() if s == status))
 
     def add_failure(self, method: str, phase: str, stage: str, error: str) -> None:
         with self._lock:

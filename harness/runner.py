@@ -16,6 +16,7 @@ import os
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -151,6 +152,8 @@ def limit_tasks(tasks: list[Task], limit: int | None, seed: int) -> list[Task]:
 
 
 class Runner:
+    LEARN_LOG_INTERVAL_S = 30.0  # least time between two call-count lines of a learning cell in a log file
+
     def __init__(self, cfg: RunConfig, console: Any = None):
         self.cfg = cfg
         self.out = Path(cfg.out)
@@ -399,7 +402,41 @@ class Runner:
 
         return cls(source=source, benchmark=self.bench, llm=self._llm(self.spec, ledger).bind(method.name, phase),
                    embedder=self.embedder, store=self.store, seed=split.seed, split=split, judge=judge,
-                   progress=lambda msg: None, **kw)
+                   **{"progress": lambda msg: None, **kw})
+
+    def _learn_reporter(self, label: str, ledger: UsageLedger, describe: Callable[[str], None]) -> Callable[[str], None]:
+        """What a learning cell shows while it builds (hours, with a local model): the method's own
+        progress messages and its model calls so far. A terminal gets them in the live progress bar;
+        a log file (no terminal) gets a timestamped line per message and, at most every
+        ``LEARN_LOG_INTERVAL_S``, one with the count of live calls (at every tenth)."""
+        console = self.console
+        lines = console is not None and not console.is_terminal
+        state: dict[str, Any] = {"msg": "", "stage": "", "logged": time.monotonic()}
+
+        def show() -> None:
+            live, cached = ledger.calls("live"), ledger.calls("cached")
+            stage = f" [{state['stage']}]" if state["stage"] else ""
+            describe(f"{label}: {state['msg'] or 'learning'}{stage}, {live} live / {cached} cached calls")
+
+        def line(text: str) -> None:
+            if lines:
+                console.print(f"{time.strftime('%H:%M:%S')} learn {label}: {text}", highlight=False)  # type: ignore[union-attr]
+
+        def on_call(stage: str, status: str) -> None:
+            state["stage"] = stage
+            show()
+            if status == "live" and ledger.calls("live") % 10 == 0 \
+                    and time.monotonic() - state["logged"] >= self.LEARN_LOG_INTERVAL_S:
+                state["logged"] = time.monotonic()
+                line(f"{ledger.calls('live')} live, {ledger.calls('cached')} cached calls (stage {stage or '-'})")
+
+        def report(msg: str) -> None:
+            state["msg"] = msg
+            show()
+            line(msg)
+
+        ledger.on_call = on_call
+        return report
 
     async def _learn_all(self, pending: list) -> list[Cell]:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -412,11 +449,14 @@ class Runner:
             for method, (source, split, guidance, tests) in pending:
                 ledger = UsageLedger()
                 inputs = self._artifact_inputs(method, source, split, guidance)
-                progress.update(bar, description=f"{method.name} on {source.id} (seed {split.seed})")
+                label = f"{method.name} on {source.id} (seed {split.seed})"
+                progress.update(bar, description=label)
+                report = self._learn_reporter(label, ledger, lambda text: progress.update(bar, description=text))
 
                 async def build(folder: Path, method=method, source=source, split=split, guidance=guidance,
-                                ledger=ledger) -> dict[str, Any]:
-                    ctx = self.context(LearnContext, method, source, split, ledger, "learn", workdir=folder)
+                                ledger=ledger, report=report) -> dict[str, Any]:
+                    ctx = self.context(LearnContext, method, source, split, ledger, "learn", workdir=folder,
+                                       progress=report)
                     stats = await method.learn(source, guidance, ctx) or {}
                     stats["usage"] = ledger.snapshot()
                     return stats

@@ -1,0 +1,33 @@
+"""Long learning phases show what they are doing: method messages and model calls reach the console."""
+
+from __future__ import annotations
+
+import io
+import re
+
+import pytest
+from rich.console import Console
+
+from harness.runner import RunConfig, Runner
+from tests.conftest import SHARED_DATA, need_data
+
+pytestmark = pytest.mark.slow
+
+
+def test_learning_progress_reaches_a_log_file(tmp_path, monkeypatch):
+    need_data("phantomwiki")
+    monkeypatch.setattr(Runner, "LEARN_LOG_INTERVAL_S", 0.0)  # the scripted model is fast: no throttling
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=False, width=200)  # a log file: no live bar, lines instead
+    cfg = RunConfig(benchmark="phantomwiki", methods=["hipporag2"], model="scripted/extractive", out=tmp_path / "run",
+                    seeds=[0], limit=2, embedder="hash", data_dir=SHARED_DATA, write_report=False)
+    summary = Runner(cfg, console=console).run()
+    text = buf.getvalue()
+    learn = [line for line in text.splitlines() if " learn hipporag2 on " in line]
+    # the method's own message, timestamped, names the cell
+    assert any(re.match(r"\d\d:\d\d:\d\d learn hipporag2 on \S+ \(seed 0\): hipporag2: OpenIE on \d+ passages", x)
+               for x in learn), text[-2000:]
+    # a line per 10 live calls, with the stage the calls were made in
+    counts = [int(m.group(1)) for x in learn if (m := re.search(r": (\d+) live, \d+ cached calls \(stage (\w+)\)", x))]
+    assert counts and all(c % 10 == 0 for c in counts)
+    assert counts == sorted(counts) and max(counts) <= summary["live_calls"]
