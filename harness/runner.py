@@ -420,7 +420,8 @@ class Runner:
 
         def line(text: str) -> None:
             if lines:
-                console.print(f"{time.strftime('%H:%M:%S')} learn {label}: {text}", highlight=False)  # type: ignore[union-attr]
+                console.print(f"{time.strftime('%H:%M:%S')} learn {label}: {text}", highlight=False,  # type: ignore[union-attr]
+                              soft_wrap=True)  # one line per message in a log file, whatever its length
 
         def on_call(stage: str, status: str) -> None:
             state["stage"] = stage

@@ -18,7 +18,7 @@ def test_learning_progress_reaches_a_log_file(tmp_path, monkeypatch):
     need_data("phantomwiki")
     monkeypatch.setattr(Runner, "LEARN_LOG_INTERVAL_S", 0.0)  # the scripted model is fast: no throttling
     buf = io.StringIO()
-    console = Console(file=buf, force_terminal=False, width=200)  # a log file: no live bar, lines instead
+    console = Console(file=buf, force_terminal=False, width=60)  # a log file: no live bar, lines instead
     cfg = RunConfig(benchmark="phantomwiki", methods=["hipporag2"], model="scripted/extractive", out=tmp_path / "run",
                     seeds=[0], limit=2, embedder="hash", data_dir=SHARED_DATA, write_report=False)
     summary = Runner(cfg, console=console).run()
