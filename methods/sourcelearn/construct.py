@@ -24,13 +24,14 @@ LLM calls: 1 brief + regions (maps, plus one block proposal for large flat sourc
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from harness.data import Element, Source
 from harness.llm import bounded_list
@@ -123,9 +124,6 @@ def reading_elements(ent: Entity, source: Source) -> list[Element]:
 
 
 # -- structured replies ------------------------------------------------------------------------
-SLOT_ITEMS = 12  # decoder bound per slot of an entity reading; max_per_slot (default 6) keeps the first ones
-
-
 class ReadingBrief(BaseModel):
     purpose: Statement = Field(description="what the source is for, in one or two sentences")
     scenarios: bounded_list(Phrase, 6) = Field(description="kinds of questions or tasks the source will be used for")
@@ -156,10 +154,19 @@ class DetailItem(BaseModel):
 
 
 class EntityReading(BaseModel):
-    attributes: bounded_list(AttributeItem, SLOT_ITEMS) = Field(default_factory=list)
-    mechanisms: bounded_list(StatementItem, SLOT_ITEMS) = Field(default_factory=list)
-    distinctions: bounded_list(StatementItem, SLOT_ITEMS) = Field(default_factory=list)
-    decisive_details: bounded_list(DetailItem, SLOT_ITEMS) = Field(default_factory=list)
+    attributes: list[AttributeItem] = Field(default_factory=list)
+    mechanisms: list[StatementItem] = Field(default_factory=list)
+    distinctions: list[StatementItem] = Field(default_factory=list)
+    decisive_details: list[DetailItem] = Field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=16)
+def reading_schema(per_slot: int) -> type[EntityReading]:
+    """The reading reply with at most ``per_slot`` items per slot in its schema (the number the
+    prompt asks for), so a constrained decoder stops a slot there instead of repeating an item."""
+    bounded = {name: (bounded_list(info.annotation.__args__[0], per_slot), Field(default_factory=list))  # type: ignore[union-attr]
+               for name, info in EntityReading.model_fields.items()}
+    return create_model(f"EntityReading{per_slot}", __base__=EntityReading, **bounded)  # type: ignore[call-overload]
 
 
 class AbstractItem(BaseModel):
@@ -288,7 +295,7 @@ async def read_entity(ent: Entity, region: Region, brief: str, source: Source, c
         return out
     user = f"Entity: {ent.name}\nRegion: {region.title}\n\nMaterial:\n{text}"
     res = await ctx.llm.structured([{"role": "system", "content": system}, {"role": "user", "content": user}],
-                                   EntityReading, stage="construct_read", max_tokens=READ_MAX_TOKENS,
+                                   reading_schema(cfg.max_per_slot), stage="construct_read", max_tokens=READ_MAX_TOKENS,
                                    choices={"element_id": shown, "element_ids": shown})  # ids copied verbatim
     if res.failed or res.value is None:
         out.failed = res.error[:200] or "reading failed"
