@@ -576,8 +576,8 @@ def bounded_text(chars: int) -> Any:
 def bounded_list(item: Any, items: int) -> Any:
     """A ``list[item]`` field type whose schema says ``maxItems: items``, again for the decoder only
     (a small model under a grammar also repeats list entries until ``max_tokens``). inspect's schema
-    type cannot carry ``maxItems``; in-process decoders get it through :func:`full_schema`, API
-    models as words in the description."""
+    type cannot carry ``maxItems``: in-process decoders get it through :func:`full_schema`, OpenAI
+    (``openai/``) as words in the description; other servers (vLLM, llama.cpp server) never see it."""
     return Annotated[list[item], Field(json_schema_extra={"maxItems": int(items)})]
 
 
