@@ -21,8 +21,10 @@ run does, and both executors produce the same rows.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -60,10 +62,14 @@ class LocalExecutor:
         base = replace(cfg, out=runner.out.resolve(), test_processes=1, display="none", write_report=False,
                        max_connections=conns, max_samples=samples,
                        data_dir=cfg.data_dir.resolve() if cfg.data_dir else None)
+        local = _local_share(cfg, n)
+        if local and conns is None:
+            conns = local  # this process's share of the cores (its pool keeps its size for learning)
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited event loop or threads
         with concurrent.futures.ProcessPoolExecutor(max_workers=n - 1, mp_context=ctx) as pool:
             # the workers start (and pay their imports, seconds each) while this process probes and learns
-            warm = [asyncio.wrap_future(pool.submit(_warm_worker)) for _ in range(n - 1)]
+            with _env("SOURCEBENCH_LOCAL_INSTANCES", str(local) if local else None):
+                warm = [asyncio.wrap_future(pool.submit(_warm_worker)) for _ in range(n - 1)]
             await runner._preflight()
             cells = await runner._learn_all(pending)
             await asyncio.gather(*warm)
@@ -84,6 +90,34 @@ class LocalExecutor:
         if first is not None:
             raise first if isinstance(first, SourceBenchError) else RuntimeError(
                 f"test process failed: {type(first).__name__}: {first}")
+
+
+def _local_share(cfg: RunConfig, n: int) -> int | None:
+    """In-process contexts per test process when an embedded (``local/``) model's default pool, sized
+    for the whole machine, is split over ``n`` processes; None when not applicable or set by the user."""
+    models = [cfg.model, cfg.judge_model or ""]
+    if not any(m.startswith("local/") for m in models) or os.environ.get("SOURCEBENCH_LOCAL_INSTANCES"):
+        return None
+    from .providers.local_llama import default_instances, default_threads
+
+    return max(1, default_instances(default_threads()) // n)
+
+
+@contextlib.contextmanager
+def _env(name: str, value: str | None) -> Iterator[None]:
+    """Set an environment variable while worker processes are spawned (they copy the environment)."""
+    if value is None:
+        yield
+        return
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 def _warm_worker() -> None:

@@ -9,8 +9,11 @@ Model names
 Model args (``get_model(..., **model_args)`` or ``-M`` on inspect's CLI)
     ``model_path``     GGUF file (overrides the name).
     ``n_ctx``          context window in tokens (default 8192, SmolLM2's trained context).
-    ``n_threads``      CPU threads (default: ``$SOURCEBENCH_LOCAL_THREADS``, else half the CPUs, at least 1;
-                       see :func:`default_threads`).
+    ``n_threads``      CPU threads per instance (default: ``$SOURCEBENCH_LOCAL_THREADS``, else half the
+                       CPUs, at least 1; see :func:`default_threads`).
+    ``instances``      llama.cpp contexts that generate at the same time, each with ``n_threads`` threads
+                       (default: ``$SOURCEBENCH_LOCAL_INSTANCES``, else CPUs // threads, at least 1; see
+                       :func:`default_instances`). ``max_connections()`` is this number.
     ``seed``           default sampling seed when ``GenerateConfig.seed`` is unset (default 0).
     ``chat_format``    a llama-cpp-python chat format name; default: the chat template embedded in
                        the GGUF (SmolLM2: ChatML with its default system prompt).
@@ -42,9 +45,14 @@ empty text and ``error`` = "prompt of N tokens exceeds the context window of M t
 own providers return, and what agents such as ``react`` check for); with
 ``context_overflow="raise"`` it raises :class:`ContextWindowExceededError` instead.
 
-The model is loaded lazily (first call), once per process and (path, n_ctx, threads, chat format),
-and shared by every ``Model`` instance. llama.cpp is not thread-safe, so calls are serialised by a
-lock and run in a worker thread (the event loop stays responsive); ``max_connections()`` is 1.
+The model is loaded lazily (first call) into a per-process pool of up to ``instances`` contexts per
+(path, n_ctx, threads, chat format), shared by every ``Model`` object. A llama.cpp context is not
+thread-safe, so each call borrows a context of its own for its whole generation and runs in a worker
+thread (llama.cpp releases the GIL, so two contexts compute on two cores while the event loop stays
+responsive). Weights are memory-mapped, so a second context costs its KV cache and compute buffers
+(about 200 MB for SmolLM2 at 8,192 tokens), not a second copy of the model. With the prompt
+evaluated from scratch on every call (``prefix_cache`` off) and greedy decoding, an output does not
+depend on which context, how many threads or which earlier call produced it.
 """
 
 from __future__ import annotations
@@ -174,51 +182,135 @@ def default_threads() -> int:
     return max(1, (os.cpu_count() or 2) // 2)
 
 
-_LOAD_LOCK = threading.Lock()  # guards _MODELS (and the load itself: one load per key)
-_GENERATE_LOCK = threading.Lock()  # llama.cpp contexts are not thread-safe; one call at a time
+def default_instances(threads: int) -> int:
+    """Contexts generating at once: ``$SOURCEBENCH_LOCAL_INSTANCES``, else CPUs // threads (at least 1).
+
+    One context with every core is slower than one context per share of the cores: llama.cpp's
+    threads meet at a barrier after every operation, and a small model's operations are too short
+    to keep many threads busy (SmolLM2 on a 2-core machine: two 1-thread contexts evaluated 147 prompt
+    tokens per second against 125 for one 2-thread context). Methods and test phases that
+    issue calls concurrently use the extra contexts; a strictly sequential one uses a single context.
+    """
+    env = os.environ.get("SOURCEBENCH_LOCAL_INSTANCES", "").strip()
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise ModelUnavailableError(
+                f"SOURCEBENCH_LOCAL_INSTANCES={env!r}: expected a positive whole number"
+            ) from None
+    return max(1, (os.cpu_count() or 2) // max(1, threads))
+
+
 _ModelKey = tuple[str, int, int, str | None]  # path, n_ctx, n_threads, chat_format
-_MODELS: dict[_ModelKey, Any] = {}
-LOAD_SECONDS: dict[_ModelKey, float] = {}  # how long each load took (for reports)
+LOAD_SECONDS: dict[_ModelKey, float] = {}  # how long the first context of each key took to load
 
 
-def load_llama(
+def _new_llama(path: Path, key: _ModelKey, seed: int) -> Any:
+    try:
+        from llama_cpp import Llama
+    except ImportError:
+        raise LocalExtraMissingError(path.name if path.name != SMOLLM2_GGUF else DEFAULT_MODEL) from None
+    _, n_ctx, threads, chat_format = key
+    t0 = time.perf_counter()
+    try:
+        llm = Llama(
+            model_path=str(path),
+            n_ctx=n_ctx,
+            n_threads=threads,
+            n_threads_batch=threads,
+            seed=int(seed),
+            chat_format=chat_format,  # None: the chat template embedded in the GGUF
+            verbose=False,
+        )
+    except Exception as e:  # noqa: BLE001  (llama.cpp raises ValueError/RuntimeError/...)
+        raise ModelUnavailableError(f"cannot load GGUF model {path}: {e}") from None
+    LOAD_SECONDS.setdefault(key, time.perf_counter() - t0)
+    return llm
+
+
+class LlamaPool:
+    """Up to ``size`` llama.cpp contexts of one model, loaded on demand; a call borrows one.
+
+    ``borrow()`` blocks (in the worker thread) until a context is free; a context is only loaded when
+    every loaded one is busy, so a sequential caller never pays for a second one.
+    """
+
+    def __init__(self, path: Path, key: _ModelKey, seed: int, size: int) -> None:
+        self.path, self.key, self.seed, self.size = path, key, seed, max(1, size)
+        self._free: list[Any] = []
+        self._loaded: list[Any] = []
+        self._loading = 0
+        self._cond = threading.Condition()
+
+    @property
+    def loaded(self) -> int:
+        return len(self._loaded)
+
+    def borrow(self) -> Any:
+        with self._cond:
+            while not self._free and len(self._loaded) + self._loading >= self.size:
+                self._cond.wait()
+            if self._free:
+                return self._free.pop()
+            self._loading += 1
+        try:
+            llm = _new_llama(self.path, self.key, self.seed)
+        except BaseException:
+            with self._cond:
+                self._loading -= 1
+                self._cond.notify()
+            raise
+        with self._cond:
+            self._loading -= 1
+            self._loaded.append(llm)
+        return llm
+
+    def give_back(self, llm: Any) -> None:
+        with self._cond:
+            self._free.append(llm)
+            self._cond.notify()
+
+    def any(self) -> Any:
+        """A loaded context for read-only use (tokenising), loading the first one if none is."""
+        with self._cond:
+            if self._loaded:
+                return self._loaded[0]
+        llm = self.borrow()
+        self.give_back(llm)
+        return llm
+
+
+_POOLS_LOCK = threading.Lock()
+_POOLS: dict[tuple[_ModelKey, int], LlamaPool] = {}
+
+
+def llama_pool(
     path: Path,
     *,
     n_ctx: int = DEFAULT_N_CTX,
     n_threads: int | None = None,
+    instances: int | None = None,
     seed: int = DEFAULT_SEED,
     chat_format: str | None = None,
-) -> Any:
-    """The process-wide ``llama_cpp.Llama`` for (path, n_ctx, n_threads, chat_format), loaded on first use.
+) -> LlamaPool:
+    """The process-wide pool of contexts for (path, n_ctx, n_threads, chat_format, instances).
 
-    ``seed`` only seeds the load; every call passes its own seed.
+    ``seed`` only seeds the loads; every call passes its own seed.
     """
     threads = n_threads or default_threads()
-    key = (str(path), int(n_ctx), threads, chat_format)
-    with _LOAD_LOCK:
-        llm = _MODELS.get(key)
-        if llm is not None:
-            return llm
-        try:
-            from llama_cpp import Llama
-        except ImportError:
-            raise LocalExtraMissingError(path.name if path.name != SMOLLM2_GGUF else DEFAULT_MODEL) from None
-        t0 = time.perf_counter()
-        try:
-            llm = Llama(
-                model_path=str(path),
-                n_ctx=int(n_ctx),
-                n_threads=threads,
-                n_threads_batch=threads,
-                seed=int(seed),
-                chat_format=chat_format,  # None: the chat template embedded in the GGUF
-                verbose=False,
-            )
-        except Exception as e:  # noqa: BLE001  (llama.cpp raises ValueError/RuntimeError/...)
-            raise ModelUnavailableError(f"cannot load GGUF model {path}: {e}") from None
-        LOAD_SECONDS[key] = time.perf_counter() - t0
-        _MODELS[key] = llm
-        return llm
+    size = instances or default_instances(threads)
+    key: _ModelKey = (str(path), int(n_ctx), threads, chat_format)
+    with _POOLS_LOCK:
+        pool = _POOLS.get((key, size))
+        if pool is None:
+            pool = _POOLS[(key, size)] = LlamaPool(path, key, seed, size)
+        return pool
+
+
+def load_llama(path: Path, **kwargs: Any) -> Any:
+    """A loaded context of the process-wide pool (see :func:`llama_pool`), for read-only use."""
+    return llama_pool(path, **kwargs).any()
 
 
 # -- message and schema conversion ---------------------------------------------------------------------
@@ -379,6 +471,7 @@ class LocalLlamaAPI(ModelAPI):
         model_path: str | None = None,
         n_ctx: int = DEFAULT_N_CTX,
         n_threads: int | None = None,
+        instances: int | None = None,
         seed: int = DEFAULT_SEED,
         chat_format: str | None = None,
         repeat_penalty: float = 1.1,
@@ -392,7 +485,7 @@ class LocalLlamaAPI(ModelAPI):
         if model_args:
             raise ModelUnavailableError(
                 f"local/{model_name}: unknown model args {', '.join(sorted(model_args))} (known: model_path, "
-                "n_ctx, n_threads, seed, chat_format, repeat_penalty, prefix_cache, context_overflow)"
+                "n_ctx, n_threads, instances, seed, chat_format, repeat_penalty, prefix_cache, context_overflow)"
             )
         if context_overflow not in ("model_length", "raise"):
             raise ModelUnavailableError(
@@ -403,6 +496,7 @@ class LocalLlamaAPI(ModelAPI):
             raise LocalExtraMissingError(model_name)
         self.n_ctx = int(n_ctx)
         self.n_threads = int(n_threads) if n_threads else default_threads()
+        self.instances = int(instances) if instances else default_instances(self.n_threads)
         self.seed = int(seed)
         self.chat_format = chat_format
         self.repeat_penalty = float(repeat_penalty)
@@ -410,14 +504,19 @@ class LocalLlamaAPI(ModelAPI):
         self.context_overflow = context_overflow
 
     # -- model ------------------------------------------------------------------------------------------
-    def llama(self) -> Any:
-        return load_llama(
+    def pool(self) -> LlamaPool:
+        return llama_pool(
             self.model_path,
             n_ctx=self.n_ctx,
             n_threads=self.n_threads,
+            instances=self.instances,
             seed=self.seed,
             chat_format=self.chat_format,
         )
+
+    def llama(self) -> Any:
+        """A loaded context for read-only use (tokenising); generation borrows one from :meth:`pool`."""
+        return self.pool().any()
 
     # -- ModelAPI ---------------------------------------------------------------------------------------
     async def generate(
@@ -456,7 +555,8 @@ class LocalLlamaAPI(ModelAPI):
             schema = prepare_json_schema(full_schema(config.response_schema.json_schema.model_dump(exclude_none=True)))
             request["response_format"] = {"type": "json_object", "schema": schema}
 
-        llm = await anyio.to_thread.run_sync(self.llama)
+        pool = self.pool()
+        await anyio.to_thread.run_sync(pool.any)  # load (and fail on a bad file) before the grammar work
         kwargs = dict(request)
         if schema is not None:
             # the same constraint llama-cpp would derive from response_format, minus its silent fallback
@@ -464,16 +564,19 @@ class LocalLlamaAPI(ModelAPI):
             kwargs["grammar"] = grammar_for_schema(schema)
 
         def run() -> tuple[dict[str, Any], float]:
-            with _GENERATE_LOCK:
+            llm = pool.borrow()  # this context is ours until the generation ends
+            try:
                 if not self.prefix_cache:
                     llm.reset()  # evaluate the whole prompt: output independent of the previous call
                 t0 = time.perf_counter()
                 response = llm.create_chat_completion(**kwargs)
                 return response, time.perf_counter() - t0
+            finally:
+                pool.give_back(llm)
 
         try:
             # abandon_on_cancel: an attempt timeout or cancelled sample returns at once; the abandoned
-            # generation finishes in its thread (holding the lock) and is discarded
+            # generation finishes in its thread (holding its context) and is discarded
             response, seconds = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
         except ValueError as e:
             m = _CTX_ERROR.search(str(e))
@@ -527,7 +630,7 @@ class LocalLlamaAPI(ModelAPI):
         return DEFAULT_MAX_TOKENS
 
     def max_connections(self) -> int:
-        return 1
+        return self.instances
 
     def should_retry(self, ex: Exception) -> bool:
         return False  # local failures (bad schema, missing file, overflow) are not transient

@@ -45,3 +45,24 @@ def test_test_processes_refused_with_ray(tmp_path):
                         "--test-processes", "2"))
     assert p.returncode != 0 and "--test-processes: only with --executor local" in p.stderr
     assert "Traceback" not in p.stderr
+
+
+def test_local_model_cores_split_over_test_processes(monkeypatch, tmp_path):
+    """Each of N test processes of an embedded model gets 1/N of the contexts the machine would get."""
+    from harness.executors import _local_share
+    from harness.runner import RunConfig
+
+    monkeypatch.delenv("SOURCEBENCH_LOCAL_INSTANCES", raising=False)
+    monkeypatch.delenv("SOURCEBENCH_LOCAL_THREADS", raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 8)  # 4 threads per context, 2 contexts
+    local = RunConfig(benchmark="phantomwiki", methods=["hybrid_rag"], model="local/smollm2", out=tmp_path)
+    assert _local_share(local, 2) == 1 and _local_share(local, 4) == 1
+    monkeypatch.setenv("SOURCEBENCH_LOCAL_THREADS", "1")  # 8 one-thread contexts
+    assert _local_share(local, 2) == 4
+    judged = RunConfig(benchmark="swe_qa", methods=["hybrid_rag"], model="openai/gpt-4o", out=tmp_path,
+                       judge_model="local/smollm2")
+    assert _local_share(judged, 2) == 4
+    api = RunConfig(benchmark="phantomwiki", methods=["hybrid_rag"], model="scripted/extractive", out=tmp_path)
+    assert _local_share(api, 2) is None
+    monkeypatch.setenv("SOURCEBENCH_LOCAL_INSTANCES", "1")  # the user's choice wins
+    assert _local_share(local, 2) is None

