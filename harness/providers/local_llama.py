@@ -162,6 +162,17 @@ def resolve_model_path(model_name: str, model_path: str | os.PathLike[str] | Non
     return path.resolve()
 
 
+def _env_count(name: str) -> int | None:
+    """A positive whole number from the environment (at least 1), None when unset."""
+    env = os.environ.get(name, "").strip()
+    if not env:
+        return None
+    try:
+        return max(1, int(env))
+    except ValueError:
+        raise ModelUnavailableError(f"{name}={env!r}: expected a positive whole number") from None
+
+
 def default_threads() -> int:
     """CPU threads for llama.cpp: ``$SOURCEBENCH_LOCAL_THREADS``, else half the CPUs (at least 1).
 
@@ -171,14 +182,9 @@ def default_threads() -> int:
     tok/s with 2 threads against 14-50 tok/s with 1). Half the CPUs is also llama-cpp-python's
     own default (physical cores on hyper-threaded machines).
     """
-    env = os.environ.get("SOURCEBENCH_LOCAL_THREADS", "").strip()
+    env = _env_count("SOURCEBENCH_LOCAL_THREADS")
     if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ModelUnavailableError(
-                f"SOURCEBENCH_LOCAL_THREADS={env!r}: expected a positive whole number"
-            ) from None
+        return env
     return max(1, (os.cpu_count() or 2) // 2)
 
 
@@ -191,14 +197,9 @@ def default_instances(threads: int) -> int:
     tokens per second against 125 for one 2-thread context). Methods and test phases that
     issue calls concurrently use the extra contexts; a strictly sequential one uses a single context.
     """
-    env = os.environ.get("SOURCEBENCH_LOCAL_INSTANCES", "").strip()
+    env = _env_count("SOURCEBENCH_LOCAL_INSTANCES")
     if env:
-        try:
-            return max(1, int(env))
-        except ValueError:
-            raise ModelUnavailableError(
-                f"SOURCEBENCH_LOCAL_INSTANCES={env!r}: expected a positive whole number"
-            ) from None
+        return env
     return max(1, (os.cpu_count() or 2) // max(1, threads))
 
 
