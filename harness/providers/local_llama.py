@@ -309,11 +309,6 @@ def llama_pool(
         return pool
 
 
-def load_llama(path: Path, **kwargs: Any) -> Any:
-    """A loaded context of the process-wide pool (see :func:`llama_pool`), for read-only use."""
-    return llama_pool(path, **kwargs).any()
-
-
 # -- message and schema conversion ---------------------------------------------------------------------
 
 _TEXT_CONTENT = {"text", "reasoning"}  # reasoning parts are dropped; anything else is unsupported
