@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -33,6 +34,9 @@ def content_hash(folder: Path) -> str:
     return h.hexdigest()
 
 
+_STAGING = re.compile(r"^\.[0-9a-f]{16}\.[a-z0-9_]+$")  # tempfile.mkdtemp(prefix=".<key>.")
+
+
 class ArtifactStore:
     def __init__(self, root: Path):
         self.root = Path(root)
@@ -54,6 +58,19 @@ class ArtifactStore:
         if content_hash(folder) != man.get("content_sha256"):
             raise DataError(f"{folder}: artifact files changed since they were frozen (content hash mismatch)")
         return man
+
+    def remove_staging(self) -> int:
+        """Delete half-built folders (``.<key>.<random>``) that a killed run left next to the artifacts.
+
+        Only safe while nothing is being built: the runner calls it under the folder's lock, before
+        learning. Returns how many were removed.
+        """
+        n = 0
+        for tmp in self.root.glob("*/.*.*"):
+            if tmp.is_dir() and _STAGING.match(tmp.name):
+                shutil.rmtree(tmp, ignore_errors=True)
+                n += 1
+        return n
 
     async def get_or_build(
         self,

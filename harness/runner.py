@@ -327,6 +327,8 @@ class Runner:
         self.run_id = (prev or {}).get("run_id") or uuid.uuid4().hex[:12]
         done = self._done_rows()
         self._repair_torn_tail()
+        if n := self.store.remove_staging():
+            self.log(f"removed {n} half-built artifact folder(s) left by an interrupted run")
         sources, plans = self._plan()
         meta = self._metadata(sources)
         if prev:  # keep the union of methods across invocations into the same folder
