@@ -21,12 +21,11 @@ run does, and both executors produce the same rows.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-from collections.abc import Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+from unittest.mock import patch
 
 from .errors import ConfigError, SourceBenchError
 
@@ -68,7 +67,8 @@ class LocalExecutor:
         ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: no inherited event loop or threads
         with concurrent.futures.ProcessPoolExecutor(max_workers=n - 1, mp_context=ctx) as pool:
             # the workers start (and pay their imports, seconds each) while this process probes and learns
-            with _env("SOURCEBENCH_LOCAL_INSTANCES", str(local) if local else None):
+            # spawned workers copy the environment: each gets its share of the model contexts
+            with patch.dict(os.environ, {"SOURCEBENCH_LOCAL_INSTANCES": str(local)} if local else {}):
                 warm = [asyncio.wrap_future(pool.submit(_warm_worker)) for _ in range(n - 1)]
             await runner._preflight()
             cells = await runner._learn_all(pending)
@@ -101,23 +101,6 @@ def _local_share(cfg: RunConfig, n: int) -> int | None:
     from .providers.local_llama import default_instances, default_threads
 
     return max(1, default_instances(default_threads()) // n)
-
-
-@contextlib.contextmanager
-def _env(name: str, value: str | None) -> Iterator[None]:
-    """Set an environment variable while worker processes are spawned (they copy the environment)."""
-    if value is None:
-        yield
-        return
-    old = os.environ.get(name)
-    os.environ[name] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = old
 
 
 def _warm_worker() -> None:
