@@ -10,7 +10,11 @@ does) with ``--max-connections C`` (the model concurrency) and ``--max-samples``
   the server saw them), against the ceiling ``C / latency``; goal >= 80 %;
 * harness time: the run's wall time minus the time during which at least one model call was in
   flight (union of the server's reply intervals), i.e. everything that is not waiting for the
-  model: loading data, splits, learning, bookkeeping, writing rows, the report; goal <= 10 %;
+  model: loading data, splits, learning, bookkeeping, writing rows, the report; goal <= 10 %.
+  Library imports are paid once per process, not per run, so they are timed apart: ``import_s``
+  (inspect-ai and the harness) and ``lazy_import_s`` (the OpenAI client and inspect's ACP server,
+  which a cold process imports during its first run); ``harness_pct_incl_lazy_imports`` adds the
+  latter back, as a process that runs a single cell pays it;
 * CPU per task (this process), and the same numbers for inspect-ai alone (a solver that only
   sleeps for the latency, same concurrency and log settings) and for inspect-ai with its model
   API (one real call per sample to the same server, no SourceBench): the floors set by the engine.
@@ -265,6 +269,13 @@ def main() -> None:
     import harness.runner  # noqa: F401  (import time reported apart: paid once per process)
 
     import_s = time.perf_counter() - t
+    # imported by a run's first model call (the OpenAI client) and first test phase (inspect's ACP
+    # server): also once per process, however many cells it runs; timed apart and added back below
+    t = time.perf_counter()
+    import openai  # noqa: F401
+    from inspect_ai.agent._acp import server as _acp  # noqa: F401
+
+    lazy_import_s = time.perf_counter() - t
     server = ServerProcess(args.latency)
     os.environ["FAULT_BASE_URL"] = server.url
     os.environ["FAULT_API_KEY"] = "throughput-bench-key-not-secret"
@@ -275,6 +286,10 @@ def main() -> None:
             res = measure(server, data, work, methods, args.tasks, conc, args.latency, args.report, samples,
                           args.test_processes)
             res["import_s"] = round(import_s, 2)
+            res["lazy_import_s"] = round(lazy_import_s, 2)
+            # a process that runs only this one cell pays the lazy imports inside the run
+            res["harness_pct_incl_lazy_imports"] = round(
+                100 * (res["harness_s"] + lazy_import_s) / (res["run_wall_s"] + lazy_import_s), 1)
             if not args.no_inspect_baseline:
                 res.update(inspect_only(args.tasks, conc, args.latency, work / "inspect-only-logs"))  # C samples
                 server.reset()
@@ -284,7 +299,8 @@ def main() -> None:
             for k, v in res.items():
                 print(f"{k:28s} {v}")
             print(f"throughput goal (>= 80% of C/latency): {'met' if res['throughput_pct_of_ceiling'] >= 80 else 'NOT met'}; "
-                  f"harness goal (<= 10% of wall): {'met' if res['harness_pct_of_wall'] <= 10 else 'NOT met'}")
+                  f"harness goal (<= 10% of wall): {'met' if res['harness_pct_of_wall'] <= 10 else 'NOT met'} "
+                  f"({'met' if res['harness_pct_incl_lazy_imports'] <= 10 else 'NOT met'} counting the lazy imports)")
             print()
     finally:
         server.close()

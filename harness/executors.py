@@ -25,7 +25,6 @@ import logging
 import os
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
-from unittest.mock import patch
 
 from .errors import ConfigError, SourceBenchError
 
@@ -54,6 +53,7 @@ class LocalExecutor:
         import concurrent.futures
         import math
         import multiprocessing
+        from unittest.mock import patch  # imported here: unittest costs ~0.1 s that one-process runs skip
 
         cfg = runner.cfg
         conns = math.ceil(cfg.max_connections / n) if cfg.max_connections else None

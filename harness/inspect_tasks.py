@@ -8,13 +8,14 @@ immediately, which is what makes runs resumable at task granularity.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import struct
 import traceback
 import zipfile
 import zlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 from inspect_ai import Task as InspectTask
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -99,6 +100,33 @@ def _target(t: Task) -> str:
     return str(r or "")[:2000]
 
 
+@contextlib.contextmanager
+def single_threaded_log_compression() -> Iterator[None]:
+    """Compress inspect's log members on the calling thread while the test phase runs.
+
+    inspect-ai (pinned) writes every finished sample into its ``.eval`` zip through a new
+    ``zstandard.ZstdCompressor(threads=12)``, and a multi-threaded compressor starts its worker pool
+    for each member: about 4 ms of event-loop time per sample for members of a few kB that one
+    thread compresses in 0.1 ms. Those flushes stalled every model call (harness time 11.7 % of
+    wall at C = 10 on the throughput benchmark, see README "Performance"). The bytes written are
+    ordinary zstd frames either way. Restored on exit; a no-op if inspect's module changes shape.
+    """
+    try:
+        from inspect_ai._util import zipfile as inspect_zip
+    except ImportError:  # pragma: no cover - only with another inspect-ai than the pinned one
+        yield
+        return
+    old = getattr(inspect_zip, "_ZSTD_THREADS", None)
+    if old is None:
+        yield
+        return
+    inspect_zip._ZSTD_THREADS = 0
+    try:
+        yield
+    finally:
+        inspect_zip._ZSTD_THREADS = old
+
+
 def scrub_logs(paths: Iterable[str | Path]) -> int:
     """Rewrite the inspect logs among ``paths`` that contain a credential, with it masked.
 
@@ -132,6 +160,7 @@ _SECRET_BYTES = re.compile(rb"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}|://[^/\s@:\"
 def _mentions_secret(path: Path) -> bool:
     """Whether any member of an ``.eval`` archive holds a credential (True when unsure)."""
     needles = [v.encode() for v in secret_values()]
+    zstd = None
     try:
         with open(path, "rb") as f, zipfile.ZipFile(f) as z:
             for info in z.infolist():
@@ -144,9 +173,11 @@ def _mentions_secret(path: Path) -> bool:
                 elif info.compress_type == zipfile.ZIP_DEFLATED:
                     data = zlib.decompress(raw, -15)
                 elif info.compress_type == _ZIP_ZSTD:
-                    import zstandard
+                    if zstd is None:
+                        import zstandard
 
-                    data = zstandard.ZstdDecompressor().decompress(raw, max_output_size=max(1, info.file_size))
+                        zstd = zstandard.ZstdDecompressor()
+                    data = zstd.decompress(raw, max_output_size=max(1, info.file_size))
                 else:
                     return True
                 if any(x in data for x in needles) or _SECRET_BYTES.search(data):

@@ -23,13 +23,20 @@ _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:\"']+:[^/\s@\"']
 
 
 _is_secret_name: dict[str, bool] = {}
+_secrets_memo: tuple[object, list[str]] = ((), [])
 
 
 def secret_values() -> list[str]:
     """Values of credential-like environment variables (longest first, so overlaps mask fully).
 
-    Called for every row and log record: whether a variable's name looks like a credential is
-    memoised per name; the names present and their values are read afresh each time."""
+    Called for every row and log record, and the environment may change between calls (tests, a
+    user's script): the answer is memoised on a snapshot of the raw environment, which costs a
+    fraction of decoding and matching every variable again."""
+    global _secrets_memo
+    raw = getattr(os.environ, "_data", None)
+    snap = tuple(raw.items()) if isinstance(raw, dict) else tuple(os.environ.items())
+    if snap == _secrets_memo[0]:
+        return list(_secrets_memo[1])
     vals = set()
     for k, v in os.environ.items():
         hit = _is_secret_name.get(k)
@@ -37,7 +44,9 @@ def secret_values() -> list[str]:
             hit = _is_secret_name[k] = bool(_SECRET_NAME.search(k))
         if hit and len(v) >= _MIN_SECRET_LEN:
             vals.add(v)
-    return sorted(vals, key=len, reverse=True)
+    out = sorted(vals, key=len, reverse=True)
+    _secrets_memo = (snap, out)
+    return list(out)
 
 
 def redact_secrets(text: str, *, bearer: bool = False) -> str:

@@ -479,7 +479,7 @@ class Runner:
 
         import harness.providers._registry  # noqa: F401
 
-        from .inspect_tasks import cell_task, scrub_logs, unfinished_logs
+        from .inspect_tasks import cell_task, scrub_logs, single_threaded_log_compression, unfinished_logs
 
         tasks = []
         for cell in cells:
@@ -501,7 +501,9 @@ class Runner:
         # task than the harness itself; rows are on disk per task anyway, and the logs are complete
         # (and viewable) when each cell ends
         rows_before = self.rows_written
-        with long_lived_frozen():  # no full-heap GC pauses while calls could be in flight (gcpolicy.py)
+        # no full-heap GC pauses (gcpolicy.py) and no compressor thread pools (inspect_tasks.py) while calls
+        # could be in flight
+        with long_lived_frozen(), single_threaded_log_compression():
             logs = await eval_async(
                 tasks, model=self.spec.name, log_dir=str(self.out / "logs"),
                 max_samples=self.max_samples(), fail_on_error=False, score_display=False,

@@ -93,3 +93,18 @@ def test_redaction_masks_env_keys_urls_and_bearer_tokens(monkeypatch):
     assert "http://***@host:8/v1" in masked and "Bearer ***" in masked and "the default setting" in masked
     # in ordinary file content only credentials are masked, prose about bearers stays
     assert redact_secrets("bearer bonds pay coupons") == "bearer bonds pay coupons"
+
+
+def test_secret_values_follow_the_environment(monkeypatch):
+    from harness.io import secret_values
+
+    monkeypatch.setenv("SOME_SERVICE_API_KEY", "first-value-0123456789")
+    assert "first-value-0123456789" in secret_values()
+    monkeypatch.setenv("SOME_SERVICE_API_KEY", "second-value-0123456789")
+    assert "second-value-0123456789" in secret_values()
+    assert "first-value-0123456789" not in secret_values()
+    got = secret_values()
+    got.clear()  # a caller's copy: the memo is not shared
+    assert "second-value-0123456789" in secret_values()
+    monkeypatch.delenv("SOME_SERVICE_API_KEY")
+    assert "second-value-0123456789" not in secret_values()
