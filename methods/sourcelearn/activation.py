@@ -112,8 +112,10 @@ async def route(sm: SourceModel, source: Source, task: Task, live: list[Unit], c
         cards = routing_cards(sm, source, live, max_items=4)
         listing = "\n".join(c for _, c in cards)[:budget_chars]
     user = f"Question: {task.question.strip()}\n\nRegions:\n{listing}"
+    ids = [r.id for r, _ in cards]
     res = await ctx.llm.structured([{"role": "system", "content": ROUTER_SYSTEM}, {"role": "user", "content": user}],
-                                   Route, stage="route", max_tokens=ROUTER_MAX_TOKENS)
+                                   Route, stage="route", max_tokens=ROUTER_MAX_TOKENS,
+                                   choices={"required": ids, "optional": ids})  # only ids that exist
     by_id = {r.id: r for r, _ in cards}
     texts = {r.id: "\n".join(u.statement for u in sm.units_in_region(r.id, live)) for r, _ in cards}
     if res.failed or res.value is None:

@@ -3,7 +3,8 @@
 An action is DEEPEN(entity, question) or CONNECT(entity_a, entity_b, question), each aimed at ONE
 observation with ONE focused question (paper Eq. 10, C.3). The planner is an LLM call; code then
 enforces what the prompt asks: entity keys must exist in the model, DEEPEN names one entity and
-CONNECT two different ones, and an action (kind + entities) is never taken twice in a cycle.
+CONNECT two different ones, and an action (kind + entities) is never taken twice in a cycle. The
+schema sent lists the entity keys shown as the only values an entity may take.
 """
 
 from __future__ import annotations
@@ -68,21 +69,22 @@ PLAN_SYSTEM = (
 
 
 def plan_messages(sm: SourceModel, notes: list[Note], taken: list[Action], n: int,
-                  budget: int) -> list[dict[str, str]]:
+                  budget: int) -> tuple[list[dict[str, str]], list[str]]:
+    """The planner's prompt and the entity keys it lists (noted entities first, as many as fit)."""
     mentioned = list(dict.fromkeys(k for note in notes for k in note.entities))
     ents = {e.key: e for e in sm.entities}
-    ent_lines = [f"- {k} ({ents[k].name}; region {ents[k].region})" for k in mentioned if k in ents]
-    ent_lines += [f"- {e.key} ({e.name}; region {e.region})" for e in sm.entities if e.key not in set(mentioned)]
+    order = [k for k in mentioned if k in ents] + [e.key for e in sm.entities if e.key not in set(mentioned)]
+    ent_lines = fit([f"- {k} ({ents[k].name}; region {ents[k].region})" for k in order], budget // 4)
+    shown = order[:len(ent_lines)]
     history = [f"- {a.render()}: {a.question}" for a in taken]
     obs = fit((note.render(i) for i, note in enumerate(notes, 1)), budget // 2)
-    ent_lines = fit(ent_lines, budget // 4)
     history = fit(history, budget // 8)
     parts = ["Entities (key, name, region):\n" + "\n".join(ent_lines),
              "Observations:\n" + "\n".join(obs),
              "Actions already taken:\n" + ("\n".join(history) or "(none)"),
              f"Choose up to {n} new actions. Reply in JSON."]
     return [{"role": "system", "content": PLAN_SYSTEM.format(n=n)},
-            {"role": "user", "content": "\n\n".join(parts)}]
+            {"role": "user", "content": "\n\n".join(parts)}], shown
 
 
 def validate_actions(proposed: list[ProposedAction], sm: SourceModel, taken: set, n: int,
@@ -114,8 +116,11 @@ async def plan_round(llm: BoundLLM, sm: SourceModel, notes: list[Note], taken: l
                      stage: str) -> list[Action]:
     """One planning round: up to ``n`` new actions (empty if none, or if the call failed)."""
     budget = material_chars(llm, PLAN_MAX_TOKENS)
-    res = await llm.structured(plan_messages(sm, notes, taken, n, budget), StudyPlan, stage=stage,
-                               max_tokens=PLAN_MAX_TOKENS)
+    messages, shown = plan_messages(sm, notes, taken, n, budget)
+    # entity keys limited to those listed: a constrained decoder cannot invent one (SmolLM2 wrote
+    # numbers such as "1.203985674" for every key without it, so no action survived validation)
+    res = await llm.structured(messages, StudyPlan, stage=stage, max_tokens=PLAN_MAX_TOKENS,
+                               choices={"entities": shown})
     if res.failed or res.value is None:
         return []
     return validate_actions(res.value.actions, sm, {a.key for a in taken}, n, len(notes))  # type: ignore[union-attr]

@@ -325,6 +325,28 @@ def test_plan_never_repeats_and_stops_after_two_empty_rounds(tmp_path):
     assert "DEEPEN(Alice): QSTUDY one?" in plans[1]["messages"][-1]["content"]
 
 
+def test_planner_schema_limits_entity_keys_to_the_listed_ones(tmp_path):
+    scripted.set_script(route({OBSERVE: observe_all, PLAN: lambda p, _: {"actions": []},
+                               WRITER: writes([]), PRESERVE: lambda p, _: {"lost": []}}))
+    ctx = make_ctx(tmp_path)
+    sm = toy_model()
+    asyncio.run(self_learn(sm, SOURCE, ctx, SourceLearnConfig(study_actions=5)))
+    schema = calls_with(PLAN)[0]["schema"]
+
+    def enums(node):
+        if isinstance(node, dict):
+            if "enum" in node:
+                yield node["enum"]
+            for v in node.values():
+                yield from enums(v)
+        elif isinstance(node, list):
+            for v in node:
+                yield from enums(v)
+
+    key_enums = [e for e in enums(schema) if set(e) & {e.key for e in sm.entities}]
+    assert key_enums and all(set(e) == {x.key for x in sm.entities} for e in key_enums)
+
+
 def test_plan_stops_at_k_actions(tmp_path):
     keys = list(PEOPLE) + list(PLACES)
     fresh = [{"kind": "CONNECT", "entities": [a, b], "observation": 1, "question": f"How do {a} and {b} relate?"}
