@@ -132,6 +132,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", type=Path, help="output folder (default runs/<benchmark>-<model>)")
     r.add_argument("--data-dir", type=Path, help="folder holding benchmark data (default: $SOURCEBENCH_DATA_DIR, "
                    "./data, ../shared/data)")
+    r.add_argument("--cache-dir", type=Path, help="model-call and embedding cache folder (default OUT/cache); "
+                   "runs that share one never pay twice for the same call (same model, settings, messages)")
     r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="benchmark option (repeatable), e.g. "
                    "max_difficulty=2 for phantomwiki, flask=DIR for swe_qa")
     r.add_argument("--method-config", action="append", metavar="METHOD.KEY=VALUE", help="method setting (repeatable)")
@@ -242,7 +244,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                     write_report=not a.no_report and a.protocols is None,
                     max_connections=a.max_connections, max_retries=a.max_retries,
                     attempt_timeout=a.attempt_timeout, timeout=a.timeout, executor=a.executor,
-                    ray_address=a.ray_address, test_processes=a.test_processes)
+                    ray_address=a.ray_address, test_processes=a.test_processes, cache_dir=a.cache_dir)
     console = _console()
     summary = Runner(cfg, console=console).run()
     console.print(f"done in {summary['seconds']} s: {summary['rows_new']} new result row(s), "

@@ -71,6 +71,9 @@ class RunConfig:
     # local executor: test tasks of every cell split over this many processes (one event loop each)
     test_processes: int = 1
     task_shard: tuple[int, int] | None = None  # (i, n): a worker tests only the tasks of shard i of n
+    # model-call and embedding caches; None: OUT/cache. A folder shared by several runs answers a call
+    # that any of them made (same model, settings, messages) without asking the model again
+    cache_dir: Path | None = None
 
 
 def shard_of(task_id: str, n: int) -> int:
@@ -182,7 +185,12 @@ class Runner:
         self.executor = get_executor(cfg.executor, cfg.ray_address, cfg.test_processes)
         if self.out.exists() and not self.out.is_dir():
             raise ConfigError(f"--out {self.out}: not a directory")
-        self.cache = CallCache(self.out / "cache" / "llm_calls.sqlite")
+        if cfg.cache_dir:  # absolute, so worker processes (--test-processes, Ray) open the same one
+            cfg = self.cfg = replace(cfg, cache_dir=Path(cfg.cache_dir).resolve())
+        self.cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else self.out / "cache"
+        if self.cache_dir.exists() and not self.cache_dir.is_dir():
+            raise ConfigError(f"--cache-dir {self.cache_dir}: not a directory")
+        self.cache = CallCache(self.cache_dir / "llm_calls.sqlite")
         self.store = ArtifactStore(self.out / "artifacts")
         self.results_path = self.out / "results.jsonl"
         self.usage_path = self.out / "usage.jsonl"
@@ -228,7 +236,8 @@ class Runner:
             "execution": {"executor": self.cfg.executor, "test_processes": self.cfg.test_processes,
                           "max_samples": self.max_samples(),
                           "max_connections": self.cfg.max_connections, "max_retries": self.cfg.max_retries,
-                          "timeout": self.cfg.timeout, "attempt_timeout": self.cfg.attempt_timeout},
+                          "timeout": self.cfg.timeout, "attempt_timeout": self.cfg.attempt_timeout,
+                          "cache_dir": str(self.cfg.cache_dir) if self.cfg.cache_dir else None},
             "versions": package_versions(),
             "git_commit": git_commit(),
         }
@@ -286,7 +295,7 @@ class Runner:
         if unknown:
             raise ConfigError(f"--sources: unknown source(s) {', '.join(sorted(unknown))} for {self.bench.name}; "
                               f"known: {', '.join(self.bench.source_ids())}")
-        self.embedder = get_embedder(self.cfg.embedder, self.out / "cache")
+        self.embedder = get_embedder(self.cfg.embedder, self.cache_dir)
         plans = []
         sources = []
         self.unavailable: list[dict[str, str]] = []

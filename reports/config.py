@@ -235,6 +235,8 @@ class ExperimentConfig(_Strict):
     guidance_limit: int | None = Field(None, gt=0)
     embedder: str = "auto"
     data_dir: str | None = None
+    cache_dir: str | None = Field(None, description="model-call cache shared by every run folder (default: each "
+                                  "folder's own cache/); relative to the working directory")
     baseline: str = "hybrid_rag"
     statistics: Statistics = Field(default_factory=Statistics)
     backends: list[Backend]

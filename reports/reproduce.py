@@ -92,8 +92,9 @@ def backend_env(backend: Backend) -> Iterator[None]:
 
 class Reproduction:
     def __init__(self, cfg: ExperimentConfig, root: Path, console: Any = None, limit: int | None = None,
-                 only: set[str] | None = None):
+                 only: set[str] | None = None, cache_dir: Path | None = None):
         self.cfg = cfg
+        self.cache_dir = cache_dir or (Path(cfg.cache_dir) if cfg.cache_dir else None)
         self.root = Path(root)
         self.console = console
         self.limit = limit
@@ -180,7 +181,7 @@ class Reproduction:
             temperature=backend.temperature, context_window=backend.context_window,
             reasoning_effort=backend.reasoning_effort, judge_reasoning_effort=backend.judge_reasoning_effort,
             max_samples=backend.max_samples, display="none",
-            write_report=True)
+            write_report=True, cache_dir=self.cache_dir)
 
     def _run(self, backend: Backend, bench: BenchmarkEntry, folder: Path, todo: list[tuple[Variant, type | None,
              dict[str, Any]]]) -> None:
@@ -418,6 +419,9 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--only", help="comma-separated tables/figures whose cells to run (default: every enabled one); "
                    "the report always covers every enabled table")
     p.add_argument("--render-only", action="store_true", help="write the reports from existing results; run nothing")
+    p.add_argument("--cache-dir", type=Path, help="model-call cache shared by every run folder, e.g. the cache/ of "
+                   "an earlier `sourcebench run` with the same model (default: the config's cache_dir, else each "
+                   "folder's own)")
     return p
 
 
@@ -439,7 +443,7 @@ def main(args: argparse.Namespace) -> int:
     root = args.out or Path(cfg.output)
     console = Console(highlight=False)
     t0 = time.time()
-    rep = Reproduction(cfg, root, console=console, limit=args.limit, only=only)
+    rep = Reproduction(cfg, root, console=console, limit=args.limit, only=only, cache_dir=args.cache_dir)
     paths = rep.run(render_only=args.render_only)
     console.print(f"report: {paths['index.html']} (tables in {paths['index.html'].parent}); "
                   f"{time.time() - t0:.0f} s")

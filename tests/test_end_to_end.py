@@ -63,6 +63,25 @@ def test_phantomwiki_run_report_and_rerun(tmp_path, capsys):
     assert time.time() - t0 < 60
 
 
+def test_run_folders_sharing_a_cache_dir_never_pay_twice(tmp_path):
+    need_data("phantomwiki")
+    common = ["run", "--benchmark", "phantomwiki", "--model", "scripted/extractive", "--limit", "3", "--seeds", "0",
+              "--embedder", "hash", "--data-dir", str(SHARED_DATA), "--cache-dir", str(tmp_path / "shared-cache")]
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert run_cli(*common, "--methods", "hybrid_rag", "--out", str(a)) == 0
+    assert live_calls(a) > 0 and (tmp_path / "shared-cache" / "llm_calls.sqlite").is_file()
+    assert not (a / "cache" / "llm_calls.sqlite").exists()
+    # another folder, another method list: the hybrid_rag calls come from the shared cache
+    assert run_cli(*common, "--methods", "hybrid_rag,no_source", "--out", str(b)) == 0
+    hybrid_live = sum(json.loads(line)["calls"] for line in (b / "usage.jsonl").read_text().splitlines()
+                      if json.loads(line)["status"] == "live" and json.loads(line)["method"] == "hybrid_rag")
+    assert hybrid_live == 0
+    assert {(x["task_id"], x["score"]) for x in rows(b) if x["method"] == "hybrid_rag"} == \
+        {(x["task_id"], x["score"]) for x in rows(a)}
+    meta = json.loads((b / "run.json").read_text())
+    assert meta["execution"]["cache_dir"] == str((tmp_path / "shared-cache").resolve())
+
+
 def test_apibench_torchhub_end_to_end(tmp_path):
     need_data("apibench")
     out = tmp_path / "api"
