@@ -544,13 +544,17 @@ def _pydantic_schema(schema: type[BaseModel]) -> dict[str, Any]:
 
 def _with_array_bounds(node: Any, full: Any) -> Any:
     """``node`` (inspect's reading of a model's schema) with the array bounds pydantic's own schema
-    has (``Field(max_length=...)`` on a list), which inspect's ``JSONSchema`` type drops."""
+    has (``Field(max_length=...)`` on a list), which inspect's ``JSONSchema`` type drops, and with
+    the value of a one-value ``Literal`` (pydantic's ``const``, which inspect reads as any string):
+    the branches of a union told apart by such a field stay apart for the decoder."""
     if not isinstance(node, dict) or not isinstance(full, dict):
         return node
     out = dict(node)
     for k in _ARRAY_BOUNDS:
         if k in full and k not in out:
             out[k] = full[k]
+    if "enum" not in out and "const" in full and out.get("type") == "string":
+        out["enum"] = [full["const"]]
     props, full_props = node.get("properties"), full.get("properties")
     if isinstance(props, dict) and isinstance(full_props, dict):
         out["properties"] = {n: _with_array_bounds(sub, full_props.get(n)) for n, sub in props.items()}

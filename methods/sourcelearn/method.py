@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 CONSTRUCT_VERSION = "1"
-SELFSTUDY_VERSION = "2"  # 2: the planner's entity keys are limited to the listed ones
+SELFSTUDY_VERSION = "3"  # 2: the planner's entity keys limited to the listed ones; 3: bounded lists, arity
 MODEL_FILE = "model.json"
 STATS_FILE = "stats.json"
 

@@ -8,9 +8,12 @@ model. Code keeps only notes that cite evidence actually shown, and unit ids act
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
+
+from harness.llm import bounded_list
 
 from harness.data import Source
 
@@ -34,6 +37,15 @@ class ObservationItem(BaseModel):
 class Observations(BaseModel):
     learned: bool
     observations: list[ObservationItem] = Field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=16)
+def observations_schema(max_notes: int) -> type[Observations]:
+    """The reply schema with at most ``max_notes`` observations: under a grammar a small model
+    otherwise repeats one note until ``max_tokens`` cuts the JSON (47 of 79 SmolLM2 inspection
+    replies on PhantomWiki did), which fails the call."""
+    return create_model(f"Observations{max_notes}", __base__=Observations,
+                        observations=(bounded_list(ObservationItem, max(1, max_notes)), Field(default_factory=list)))
 
 
 OBSERVE_SYSTEM = (
@@ -101,7 +113,7 @@ async def observe(llm: BoundLLM, source: Source, units: list[Unit], element_ids:
     present = [i for i in dict.fromkeys(element_ids) if source.element(i) is not None]
     shown_ids = set(present[: len(blocks)])
     msgs = observe_messages(shown_units, blocks, mode, target, max_notes, question, policy)
-    res = await llm.structured(msgs, Observations, stage=stage, max_tokens=OBSERVE_MAX_TOKENS,
+    res = await llm.structured(msgs, observations_schema(max_notes), stage=stage, max_tokens=OBSERVE_MAX_TOKENS,
                                choices={"evidence_ids": sorted(shown_ids), "unit_ids": [u.id for u in shown_units]})
     if res.failed or res.value is None:
         return None

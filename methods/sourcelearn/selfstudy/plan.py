@@ -9,10 +9,11 @@ schema sent lists the entity keys shown as the only values an entity may take.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, create_model
 
 from harness.llm import bounded_list
 
@@ -48,8 +49,33 @@ class ProposedAction(BaseModel):
     question: Phrase = Field(description="one focused question")
 
 
+def _keys(n: int) -> Any:
+    """Exactly ``n`` entity keys, said in the schema (for the decoder); parsing stays lenient and
+    ``validate_actions`` drops a wrong arity."""
+    return Annotated[list[str], Field(json_schema_extra={"minItems": n, "maxItems": n})]
+
+
+class _Deepen(ProposedAction):
+    kind: Literal["DEEPEN"]
+    entities: _keys(1) = Field(description="the entity key, copied exactly")
+
+
+class _Connect(ProposedAction):
+    kind: Literal["CONNECT"]
+    entities: _keys(2) = Field(description="the two entity keys, copied exactly")
+
+
 class StudyPlan(BaseModel):
     actions: list[ProposedAction] = Field(default_factory=list)
+
+
+@functools.lru_cache(maxsize=32)
+def study_plan(n: int) -> type[StudyPlan]:
+    """The reply schema for a round of at most ``n`` actions, each DEEPEN with one key or CONNECT
+    with two. Without these bounds SmolLM2 listed actions until ``max_tokens`` cut the JSON, and
+    its only valid reply was three CONNECTs with one entity each."""
+    return create_model(f"StudyPlan{n}", __base__=StudyPlan,
+                        actions=(bounded_list(Union[_Deepen, _Connect], max(1, n)), Field(default_factory=list)))
 
 
 PLAN_SYSTEM = (
@@ -119,7 +145,7 @@ async def plan_round(llm: BoundLLM, sm: SourceModel, notes: list[Note], taken: l
     messages, shown = plan_messages(sm, notes, taken, n, budget)
     # entity keys limited to those listed: a constrained decoder cannot invent one (SmolLM2 wrote
     # numbers such as "1.203985674" for every key without it, so no action survived validation)
-    res = await llm.structured(messages, StudyPlan, stage=stage, max_tokens=PLAN_MAX_TOKENS,
+    res = await llm.structured(messages, study_plan(n), stage=stage, max_tokens=PLAN_MAX_TOKENS,
                                choices={"entities": shown})
     if res.failed or res.value is None:
         return []

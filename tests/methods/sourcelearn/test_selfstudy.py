@@ -345,6 +345,19 @@ def test_planner_schema_limits_entity_keys_to_the_listed_ones(tmp_path):
 
     key_enums = [e for e in enums(schema) if set(e) & {e.key for e in sm.entities}]
     assert key_enums and all(set(e) == {x.key for x in sm.entities} for e in key_enums)
+    # at most n actions; DEEPEN with exactly one key, CONNECT with exactly two (what an in-process
+    # decoder's grammar enforces: full_schema restores the bounds inspect's schema type drops)
+    from harness.llm import full_schema
+
+    actions = full_schema(schema)["properties"]["actions"]
+    assert actions["maxItems"] == SourceLearnConfig().actions_per_round
+    arity = {b["properties"]["kind"]["enum"][0]: (b["properties"]["entities"]["minItems"],
+                                                   b["properties"]["entities"]["maxItems"])
+             for b in actions["items"]["anyOf"]}
+    assert arity == {"DEEPEN": (1, 1), "CONNECT": (2, 2)}
+    observe = [c for c in scripted.CALLS if c["schema"] and "observations" in c["schema"].get("properties", {})]
+    assert observe and all(full_schema(c["schema"])["properties"]["observations"]["maxItems"]
+                           == SourceLearnConfig().max_per_slot for c in observe)
 
 
 def test_plan_stops_at_k_actions(tmp_path):
