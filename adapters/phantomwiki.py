@@ -18,6 +18,7 @@ from harness.data import Answer, Score, Source, Task
 from harness.elements import split_markdown
 from harness.errors import DataError
 from harness.io import read_json, require_fields
+from harness.llm import bounded_list, bounded_text
 from judges.exact_f1 import exact_f1
 
 from .base import Benchmark
@@ -59,13 +60,21 @@ def gold_path(q: dict, people: set[str]) -> list[list[str]]:
     return steps
 
 
+MAX_ANSWERS = 32  # the most gold answers of a question in the shipped instance is 24
+ANSWER_CHARS = 80  # its longest answer has 31 characters
+
+
 class AnswerSet(BaseModel):
-    answers: list[str] = Field(description="the answer(s): names or values only")
+    """Bounded in the schema only (parsing stays lenient): under a grammar a small model otherwise
+    repeats list items, or grows one name into a sentence, until ``max_tokens`` cuts the JSON."""
+
+    answers: bounded_list(bounded_text(ANSWER_CHARS), MAX_ANSWERS) = Field(
+        description="the answer(s): names or values only")
 
 
 class PhantomWiki(Benchmark):
     name = "phantomwiki"
-    version = "1-A"
+    version = "1-B"  # 1-B: the answer schema bounds the list and each answer
     subdir = "phantomwiki"
     scorer_name = "exact_f1"
     answer_instructions = (
