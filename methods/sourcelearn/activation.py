@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from harness.data import Source, Task, estimate_tokens
+from harness.llm import bounded_list
 
 from .config import SourceLearnConfig
 from .model import Region, SourceModel, Unit
@@ -33,8 +34,8 @@ GLOBAL_BLOCK = "(whole source)"
 
 
 class Route(BaseModel):
-    required: list[str] = Field(description="ids of regions the question cannot be answered without")
-    optional: list[str] = Field(default_factory=list, description="ids of regions that may help")
+    required: bounded_list(str, 8) = Field(description="ids of regions the question cannot be answered without")
+    optional: bounded_list(str, 8) = Field(default_factory=list, description="ids of regions that may help")
 
 
 ROUTER_SYSTEM = (

@@ -173,8 +173,8 @@ class AbstractItem(BaseModel):
     kind: Literal["shared_rule", "distinction", "exception"]
     statement: Statement
     conditions: bounded_list(Phrase, Few) = Field(default_factory=list)
-    units: list[int] = Field(description="numbers of the listed units this item rests on")
-    replaces: list[int] = Field(default_factory=list, description="numbers of cited units a shared rule fully subsumes")
+    units: bounded_list(int, 16) = Field(description="numbers of the listed units this item rests on")
+    replaces: bounded_list(int, 16) = Field(default_factory=list, description="numbers of cited units a shared rule fully subsumes")
 
 
 class Abstraction(BaseModel):

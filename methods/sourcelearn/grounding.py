@@ -203,7 +203,7 @@ async def gate_batch(llm: "BoundLLM", claims: list[tuple[str, list[str]]], sourc
 
 
 class LostMeanings(BaseModel):
-    lost: list[int] = Field(default_factory=list, description="numbers of old meanings no longer represented")
+    lost: bounded_list(int, 32) = Field(default_factory=list, description="numbers of old meanings no longer represented")
 
 
 async def preservation_check(llm: "BoundLLM", old: list[Unit], new: list[Unit], stage: str) -> list[Unit] | None:

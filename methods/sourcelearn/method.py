@@ -50,8 +50,10 @@ __all__ = [
     "SourceLearnWithoutSelf",
 ]
 
-CONSTRUCT_VERSION = "1"
-SELFSTUDY_VERSION = "3"  # 2: the planner's entity keys limited to the listed ones; 3: bounded lists, arity
+# bumped when a stage's output can change: 2 = reply lists bounded for the decoder (a small model
+# repeated items until max_tokens cut the JSON); self-study 2-3: the planner's keys and arity
+CONSTRUCT_VERSION = "2"
+SELFSTUDY_VERSION = "4"
 MODEL_FILE = "model.json"
 STATS_FILE = "stats.json"
 
@@ -106,7 +108,7 @@ def model_summary(sm: SourceModel, source: Source) -> dict[str, Any]:
 class SourceLearnBase(Method):
     """Construct M0 -> (self-study MS) -> (task-guided MT); which stages run is set per variant."""
 
-    version = "1"
+    version = "2"  # 2: bounded reply lists in every stage (see CONSTRUCT_VERSION)
     Config = SourceLearnConfig
     deviations = DEVIATIONS
     start: ClassVar[str] = "M0"  # the model the variant ends with (M0, MS) or task learning starts from

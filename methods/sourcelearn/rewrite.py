@@ -146,13 +146,14 @@ class ProposedUnit(BaseModel):
     scope_keys: bounded_list(str, 2) = Field(default_factory=list, description="one entity key, two for a relation, none = region")
     conditions: bounded_list(Phrase, Few) = Field(default_factory=list)
     element_ids: Ids = Field(default_factory=list, description="bracketed excerpt ids, copied exactly")
-    absorbs: list[str] = Field(default_factory=list, description="ids of current units this unit replaces")
-    notes: list[int] = Field(default_factory=list)
+    absorbs: bounded_list(str, 8) = Field(default_factory=list, description="ids of current units this unit replaces")
+    notes: bounded_list(int, 8) = Field(default_factory=list)
 
 
 class RegionRewrite(BaseModel):
-    keep: list[str] = Field(default_factory=list, description="ids of current units kept exactly as they are")
-    units: list[ProposedUnit] = Field(default_factory=list, description="new or revised units")
+    # list bounds are for the decoder (a small model repeats an item until max_tokens cuts the JSON)
+    keep: bounded_list(str, 64) = Field(default_factory=list, description="ids of current units kept exactly as they are")
+    units: bounded_list(ProposedUnit, 16) = Field(default_factory=list, description="new or revised units")
 
 
 WRITER_SYSTEM = (

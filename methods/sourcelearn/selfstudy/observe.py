@@ -13,9 +13,8 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from harness.llm import bounded_list
-
 from harness.data import Source
+from harness.llm import bounded_list
 
 from ..model import Ids, Statement, Unit
 from ..rewrite import Note, excerpt_blocks, fit, material_chars, policy_note, unit_line

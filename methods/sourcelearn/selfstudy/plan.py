@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Union
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
@@ -75,7 +75,7 @@ def study_plan(n: int) -> type[StudyPlan]:
     with two. Without these bounds SmolLM2 listed actions until ``max_tokens`` cut the JSON, and
     its only valid reply was three CONNECTs with one entity each."""
     return create_model(f"StudyPlan{n}", __base__=StudyPlan,
-                        actions=(bounded_list(Union[_Deepen, _Connect], max(1, n)), Field(default_factory=list)))
+                        actions=(bounded_list(_Deepen | _Connect, max(1, n)), Field(default_factory=list)))
 
 
 PLAN_SYSTEM = (

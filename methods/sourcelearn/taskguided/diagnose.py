@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from harness.data import Source, Task, normalise_ws
+from harness.llm import bounded_list
 from harness.retrieval import HybridIndex, per_file_cap_for
 
 from ..model import Ids, Statement
@@ -55,7 +56,7 @@ class Requirement(BaseModel):
 
 class Diagnosis(BaseModel):
     support_ids: Ids = Field(default_factory=list, description="excerpts that directly support the reference")
-    claims: list[Requirement] = Field(default_factory=list)
+    claims: bounded_list(Requirement, 12) = Field(default_factory=list)
 
 
 DIAGNOSE_SYSTEM = (

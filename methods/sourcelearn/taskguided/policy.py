@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from harness.data import normalise_ws
+from harness.llm import bounded_list
 
 from ..model import Statement
 from ..rewrite import fit, material_chars
@@ -27,12 +28,12 @@ POLICY_MAX_TOKENS = 1_200
 
 class Preference(BaseModel):
     text: Statement
-    lessons: list[int] = Field(default_factory=list, description="numbers of the lessons it consolidates")
+    lessons: bounded_list(int, 16) = Field(default_factory=list, description="numbers of the lessons it consolidates")
     keeps_item: int = Field(default=0, description="number of the existing item it restates or refines; 0 if none")
 
 
 class PolicyDraft(BaseModel):
-    preferences: list[Preference] = Field(default_factory=list)
+    preferences: bounded_list(Preference, 8) = Field(default_factory=list)  # the policy keeps at most 8
 
 
 POLICY_SYSTEM = (

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, Field
 
 from harness.data import Source
+from harness.llm import bounded_list
 
 from ..grounding import GateStats
 from ..model import SourceModel, Unit
@@ -43,7 +44,7 @@ COVERAGE_MAX_TOKENS = 300
 
 
 class Coverage(BaseModel):
-    missing: list[int] = Field(default_factory=list, description="numbers of required statements the model lacks")
+    missing: bounded_list(int, 16) = Field(default_factory=list, description="numbers of required statements the model lacks")
 
 
 COVERAGE_SYSTEM = (
