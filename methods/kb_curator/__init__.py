@@ -66,7 +66,7 @@ class KBCurator(Method):
     """Supervised curation of a linked document store, read by a fixed search/read/answer reader."""
 
     name = "kb-curator"
-    version = "1"
+    version = "2"  # 2: link_many targets bounded in the schema
     Config = KBCuratorConfig
     uses_guidance = True
     entry_kind = "store entry"  # authored documents, links, edits and deletions (see ``entries``)

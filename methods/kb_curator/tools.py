@@ -21,6 +21,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from harness.data import Evidence, normalise_ws
+from harness.llm import bounded_list
 from harness.method import Context
 
 from .store import Document, Edit, KnowledgeStore, StoreIndex
@@ -108,7 +109,8 @@ class Add(ToolAction):
 class LinkMany(ToolAction):
     tool: Literal["link_many"]
     from_id: DocId
-    to_ids: list[DocId] = Field(description=f"at most {LINK_MAX} document ids")
+    # the bound is for the decoder; a reply with more (from a server that ignores it) is still refused
+    to_ids: bounded_list(DocId, LINK_MAX) = Field(description=f"at most {LINK_MAX} document ids")
 
 
 class EditDoc(ToolAction):

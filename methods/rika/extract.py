@@ -36,7 +36,7 @@ PER_BATCH = 12
 class FirstOrderItem(BaseModel):
     claim: Text
     scope: Text
-    source_trajectories: list[str]
+    source_trajectories: bounded_list(Text, 16)  # labels of the batch's trajectories
     evidence_spans: Spans
     grounding_type: Literal["direct", "indirect"]
     grounding_explanation: Text
@@ -47,7 +47,7 @@ class FirstOrderReply(BaseModel):
 
 
 class SecondOrderItem(FirstOrderItem):
-    parent_ids: list[str]
+    parent_ids: bounded_list(Text, 12)
 
 
 class SecondOrderReply(BaseModel):

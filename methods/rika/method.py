@@ -84,7 +84,7 @@ class RIKA(Method):
     """
 
     name = "rika"
-    version = "1"
+    version = "2"  # 2: extraction reply lists bounded for the decoder
     Config = RIKAConfig
     uses_guidance = True
     description = ("claims extracted hierarchically from judged guidance experience, admitted by accumulated "
