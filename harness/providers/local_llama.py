@@ -26,7 +26,10 @@ Model args (``get_model(..., **model_args)`` or ``-M`` on inspect's CLI)
 Generation honours ``GenerateConfig``: ``max_tokens`` (default 512), ``temperature`` (default 0.0:
 greedy decoding), ``top_p``, ``top_k``, ``seed``, ``stop_seqs``, ``frequency_penalty``,
 ``presence_penalty``, ``logit_bias`` and ``response_schema`` (output is constrained by a GBNF grammar
-built from the JSON schema, so it always parses, unless it is cut off by ``max_tokens``).
+built from the JSON schema, so it always parses, unless it is cut off by ``max_tokens``). Greedy
+decoding under a schema asks the grammar about the model's best tokens before masking the whole
+vocabulary (``greedy_grammar.py``: the same tokens, faster); ``SOURCEBENCH_LOCAL_GRAMMAR=library``
+uses llama-cpp-python's own sampler instead.
 
 Build ``response_schema`` with ``inspect_ai.util.json_schema(PydanticModel)`` (it inlines pydantic's
 ``$defs``), not ``ResponseSchema(json_schema=Model.model_json_schema())``: inspect's ``JSONSchema`` type
@@ -226,6 +229,10 @@ def _new_llama(path: Path, key: _ModelKey, seed: int) -> Any:
         )
     except Exception as e:  # noqa: BLE001  (llama.cpp raises ValueError/RuntimeError/...)
         raise ModelUnavailableError(f"cannot load GGUF model {path}: {e}") from None
+    if os.environ.get("SOURCEBENCH_LOCAL_GRAMMAR", "").strip().lower() != "library":
+        from .greedy_grammar import install  # same outputs, faster constrained decoding (see there)
+
+        install(llm)
     LOAD_SECONDS.setdefault(key, time.perf_counter() - t0)
     return llm
 

