@@ -18,9 +18,8 @@ Model args (``get_model(..., **model_args)`` or ``-M`` on inspect's CLI)
     ``chat_format``    a llama-cpp-python chat format name; default: the chat template embedded in
                        the GGUF (SmolLM2: ChatML with its default system prompt).
     ``repeat_penalty`` llama.cpp repetition penalty (default 1.1, llama-cpp-python's default).
-    ``prefix_cache``   reuse the KV cache of the previous prompt's common prefix (default False: every
-                       call evaluates its prompt from scratch, so an output never depends on which call
-                       came before it).
+    ``prefix_cache``   reuse the context's KV cache for the part of the prompt that the context's
+                       previous call shares (default True; False evaluates every prompt from scratch).
     ``context_overflow`` ``"model_length"`` (default) or ``"raise"``, see below.
 
 Generation honours ``GenerateConfig``: ``max_tokens`` (default 512), ``temperature`` (default 0.0:
@@ -53,9 +52,16 @@ The model is loaded lazily (first call) into a per-process pool of up to ``insta
 thread-safe, so each call borrows a context of its own for its whole generation and runs in a worker
 thread (llama.cpp releases the GIL, so two contexts compute on two cores while the event loop stays
 responsive). Weights are memory-mapped, so a second context costs its KV cache and compute buffers
-(about 200 MB for SmolLM2 at 8,192 tokens), not a second copy of the model. With the prompt
-evaluated from scratch on every call (``prefix_cache`` off) and greedy decoding, an output does not
-depend on which context, how many threads or which earlier call produced it.
+(about 200 MB for SmolLM2 at 8,192 tokens), not a second copy of the model.
+
+Calls of one stage share long prefixes (the chat template and system prompt; a source model in
+front of each question), so a context keeps the KV cache of its previous prompt and evaluates only
+what differs: prompt evaluation is most of a call's time on a CPU. On llama.cpp's CPU kernels a
+token's keys and values do not depend on how the prompt was split into batches, so with greedy
+decoding an output still does not depend on which context, how many threads or which earlier call
+produced it: tests/harness/test_local_provider.py checks outputs with a reused prefix (also one
+holding an earlier reply, as in a retry) against outputs from scratch. ``prefix_cache=False``
+evaluates every prompt from scratch, for a build whose kernels are not like that.
 """
 
 from __future__ import annotations
@@ -478,7 +484,7 @@ class LocalLlamaAPI(ModelAPI):
         seed: int = DEFAULT_SEED,
         chat_format: str | None = None,
         repeat_penalty: float = 1.1,
-        prefix_cache: bool = False,
+        prefix_cache: bool = True,
         context_overflow: Literal["model_length", "raise"] = "model_length",
         **model_args: Any,
     ) -> None:
@@ -570,10 +576,13 @@ class LocalLlamaAPI(ModelAPI):
             llm = pool.borrow()  # this context is ours until the generation ends
             try:
                 if not self.prefix_cache:
-                    llm.reset()  # evaluate the whole prompt: output independent of the previous call
+                    llm.reset()  # evaluate the whole prompt
                 t0 = time.perf_counter()
                 response = llm.create_chat_completion(**kwargs)
                 return response, time.perf_counter() - t0
+            except BaseException:
+                llm.reset()  # a failed evaluation leaves no half-written state for the next call to reuse
+                raise
             finally:
                 pool.give_back(llm)
 

