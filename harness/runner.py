@@ -516,7 +516,7 @@ class Runner:
             logs = await eval_async(
                 tasks, model=self.spec.name, log_dir=str(self.out / "logs"),
                 max_samples=self.max_samples(), fail_on_error=False, score_display=False,
-                max_tasks=max(1, min(len(tasks), 4)), log_realtime=False,
+                max_tasks=self._max_cells(len(tasks)), log_realtime=False,
                 # no control-channel server: nothing drives a SourceBench run through it, and starting
                 # it costs about a second per test phase
                 ctl_server=False,
@@ -540,6 +540,15 @@ class Runner:
         self.spec = replace(self.spec, max_connections=max_connections)
         if self.judge_spec:
             self.judge_spec = replace(self.judge_spec, max_connections=max_connections)
+
+    def _max_cells(self, n: int) -> int:
+        """Cells tested at once. An in-process ``local/`` model reuses each context's KV cache for
+        the prompt prefix its previous call shares (harness/providers/local_llama.py), and a cell's
+        answer prompts share the method's notes (a whole source model of thousands of tokens), so
+        its cells go one after another; a server's cells overlap (up to 4) to keep connections busy."""
+        if self.spec.name.startswith("local/"):
+            return 1
+        return max(1, min(n, 4))
 
     def max_samples(self) -> int | None:
         """Concurrent test tasks. With ``--max-connections C`` and no ``--max-samples``: 2C, so that

@@ -31,3 +31,17 @@ def test_learning_progress_reaches_a_log_file(tmp_path, monkeypatch):
     counts = [int(m.group(1)) for x in learn if (m := re.search(r": (\d+) live, \d+ cached calls \(stage (\w+)\)", x))]
     assert counts and all(c % 10 == 0 for c in counts)
     assert counts == sorted(counts) and max(counts) <= summary["live_calls"]
+
+
+def test_cells_of_a_local_model_are_tested_one_after_another(tmp_path):
+    """An in-process model keeps each context's prompt prefix (the method's notes): cells do not overlap."""
+    need_data("phantomwiki")
+
+    def runner(model: str) -> Runner:
+        out = tmp_path / model.replace("/", "_")
+        return Runner(RunConfig(benchmark="phantomwiki", methods=["no_source"], model=model, out=out, seeds=[0],
+                                limit=2, embedder="hash", data_dir=SHARED_DATA, write_report=False))
+
+    assert runner("local/smollm2")._max_cells(6) == 1
+    assert runner("scripted/extractive")._max_cells(6) == 4
+    assert runner("scripted/extractive")._max_cells(2) == 2
