@@ -51,9 +51,10 @@ __all__ = [
 ]
 
 # bumped when a stage's output can change: 2 = reply lists bounded for the decoder (a small model
-# repeated items until max_tokens cut the JSON); self-study 2-3: the planner's keys and arity
+# repeated items until max_tokens cut the JSON); self-study 2-3: the planner's keys and arity, 5: a
+# planning round proposes at least one action
 CONSTRUCT_VERSION = "2"
-SELFSTUDY_VERSION = "4"
+SELFSTUDY_VERSION = "5"
 MODEL_FILE = "model.json"
 STATS_FILE = "stats.json"
 

@@ -71,11 +71,14 @@ class StudyPlan(BaseModel):
 
 @functools.lru_cache(maxsize=32)
 def study_plan(n: int) -> type[StudyPlan]:
-    """The reply schema for a round of at most ``n`` actions, each DEEPEN with one key or CONNECT
-    with two. Without these bounds SmolLM2 listed actions until ``max_tokens`` cut the JSON, and
-    its only valid reply was three CONNECTs with one entity each."""
+    """The reply schema for a round of 1 to ``n`` actions, each DEEPEN with one key or CONNECT with
+    two. Without these bounds SmolLM2 listed actions until ``max_tokens`` cut the JSON, its only
+    valid reply was three CONNECTs with one entity each, and once bounded it answered with no
+    action at all; the loop still stops after ``empty_rounds_stop`` rounds without a valid new one."""
+    bounds = {"minItems": 1, "maxItems": max(1, n)}  # a round plans at least one action (the cycle's budget is K)
     return create_model(f"StudyPlan{n}", __base__=StudyPlan,
-                        actions=(bounded_list(_Deepen | _Connect, max(1, n)), Field(default_factory=list)))
+                        actions=(Annotated[list[_Deepen | _Connect], Field(json_schema_extra=bounds)],
+                                 Field(default_factory=list)))
 
 
 PLAN_SYSTEM = (

@@ -350,7 +350,7 @@ def test_planner_schema_limits_entity_keys_to_the_listed_ones(tmp_path):
     from harness.llm import full_schema
 
     actions = full_schema(schema)["properties"]["actions"]
-    assert actions["maxItems"] == SourceLearnConfig().actions_per_round
+    assert (actions["minItems"], actions["maxItems"]) == (1, SourceLearnConfig().actions_per_round)
     arity = {b["properties"]["kind"]["enum"][0]: (b["properties"]["entities"]["minItems"],
                                                    b["properties"]["entities"]["maxItems"])
              for b in actions["items"]["anyOf"]}
