@@ -38,7 +38,7 @@ from harness.llm import bounded_list
 
 from .config import SourceLearnConfig
 from .grounding import GateStats, gate_batch, gate_unit
-from .model import Anchor, Attribute, Entity, Few, Ids, Phrase, Region, Scope, SourceModel, Statement, Unit
+from .model import Anchor, Attribute, Cited, Entity, Few, Phrase, Region, Scope, SourceModel, Statement, Unit
 from .regions import Partition, partition
 
 if TYPE_CHECKING:
@@ -145,7 +145,7 @@ class AttributeItem(BaseModel):
 class StatementItem(BaseModel):
     statement: Statement
     conditions: bounded_list(Phrase, Few) = Field(default_factory=list, description="when the statement holds, if it depends on it")
-    element_ids: Ids
+    element_ids: Cited
 
 
 class DetailItem(BaseModel):

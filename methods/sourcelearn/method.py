@@ -52,9 +52,9 @@ __all__ = [
 
 # bumped when a stage's output can change: 2 = reply lists bounded for the decoder (a small model
 # repeated items until max_tokens cut the JSON); self-study 2-3: the planner's keys and arity, 5: a
-# planning round proposes at least one action
-CONSTRUCT_VERSION = "2"
-SELFSTUDY_VERSION = "5"
+# planning round proposes at least one action; construct 3 / self-study 6: a unit or note cites an id
+CONSTRUCT_VERSION = "3"
+SELFSTUDY_VERSION = "6"
 MODEL_FILE = "model.json"
 STATS_FILE = "stats.json"
 

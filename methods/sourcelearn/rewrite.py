@@ -31,7 +31,7 @@ from harness.data import Source
 from harness.llm import bounded_list
 
 from .grounding import GateStats, gate_unit, preservation_check
-from .model import Few, Ids, Origin, Phrase, Scope, SourceModel, Statement, Unit
+from .model import Cited, Few, Origin, Phrase, Scope, SourceModel, Statement, Unit
 
 if TYPE_CHECKING:
     from harness.llm import BoundLLM
@@ -145,7 +145,7 @@ class ProposedUnit(BaseModel):
     role: WriterRole
     scope_keys: bounded_list(str, 2) = Field(default_factory=list, description="one entity key, two for a relation, none = region")
     conditions: bounded_list(Phrase, Few) = Field(default_factory=list)
-    element_ids: Ids = Field(default_factory=list, description="bracketed excerpt ids, copied exactly")
+    element_ids: Cited = Field(default_factory=list, description="bracketed excerpt ids, copied exactly")
     absorbs: bounded_list(str, 8) = Field(default_factory=list, description="ids of current units this unit replaces")
     notes: bounded_list(int, 8) = Field(default_factory=list)
 

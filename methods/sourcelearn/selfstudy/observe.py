@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field, create_model
 from harness.data import Source
 from harness.llm import bounded_list
 
-from ..model import Ids, Statement, Unit
+from ..model import Cited, Ids, Statement, Unit
 from ..rewrite import Note, excerpt_blocks, fit, material_chars, policy_note, unit_line
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ OBSERVE_MAX_TOKENS = 1_200
 
 class ObservationItem(BaseModel):
     note: Statement = Field(description="one thing the evidence establishes that the model does not yet explain well")
-    evidence_ids: Ids = Field(default_factory=list, description="bracketed ids of the excerpts it rests on")
+    evidence_ids: Cited = Field(default_factory=list, description="bracketed ids of the excerpts it rests on")
     implication: Statement = Field(default="", description="what it means for the model")
     unit_ids: Ids = Field(default_factory=list, description="ids of the model units it concerns")
 
