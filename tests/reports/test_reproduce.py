@@ -567,3 +567,18 @@ def test_latex_tables_compile_with_pdflatex(toy_run, tmp_path):
         assert r.returncode == 0, f"{tex.name}: " + "\n".join(ln for ln in log.splitlines() if ln.startswith("!"))
         assert (tmp_path / f"doc_{tex.stem}.pdf").stat().st_size > 1000, tex.name
         assert "Undefined control sequence" not in log and "Missing $" not in log, tex.name
+
+
+def test_cache_dir_from_the_config_or_the_command_reaches_every_run_folder(tmp_path):
+    from reports.reproduce import Reproduction
+
+    cfg = parse_config(_minimal(cache_dir=str(tmp_path / "shared")))
+    backend, bench = cfg.backends[0], cfg.benchmarks[0]
+
+    def folder_config(rep):
+        return rep.run_config(backend, bench, tmp_path / "f", ["hybrid_rag"], {})
+
+    assert folder_config(Reproduction(cfg, tmp_path)).cache_dir == tmp_path / "shared"
+    # the command line wins
+    assert folder_config(Reproduction(cfg, tmp_path, cache_dir=tmp_path / "cli")).cache_dir == tmp_path / "cli"
+    assert folder_config(Reproduction(parse_config(_minimal()), tmp_path)).cache_dir is None  # each folder's own
