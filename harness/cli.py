@@ -212,6 +212,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_reproduce_parser(sub)
 
+    c = sub.add_parser("cache", help="merge the model-call and embedding caches of runs made apart")
+    csub = c.add_subparsers(dest="cache_cmd", metavar="ACTION", parser_class=_Parser)
+    cm = csub.add_parser("merge", help="copy every cached call and embedding of SOURCE folders into --into",
+                         description="Union of cache folders (or run folders, meaning their cache/): entries the "
+                         "destination already has are kept. Then point a run or reproduce at it with --cache-dir.")
+    cm.add_argument("sources", nargs="+", type=Path, metavar="SOURCE", help="cache folder or run folder")
+    cm.add_argument("--into", required=True, type=Path, help="destination cache folder (created if missing)")
+
     j = sub.add_parser("judge", help="score a responses file with an official evaluator")
     jsub = j.add_subparsers(dest="judge_cmd", metavar="EVALUATOR", parser_class=_Parser)
     ja = jsub.add_parser("apibench", help="the APIBench AST evaluator (official verdicts)")
@@ -385,6 +393,17 @@ def cmd_judge(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cache(a: argparse.Namespace) -> int:
+    if a.cache_cmd != "merge":
+        raise ConfigError("cache: choose an action, e.g. `sourcebench cache merge runs/a runs/b --into shared-cache`")
+    from .cache_merge import merge_caches
+
+    for n in merge_caches(a.sources, a.into):
+        print(f"{n.source}: {n.rows} entries, {n.added} new")
+    print(f"merged into {a.into}; use it with --cache-dir {a.into}")
+    return 0
+
+
 def cmd_audit(a: argparse.Namespace) -> int:
     from methods.sourcelearn.audit_cli import run
 
@@ -412,7 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("INSPECT_LOG_LEVEL", "warning")
     try:
         return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "data": cmd_data, "judge": cmd_judge,
-                "audit": cmd_audit, "protocol": cmd_protocol, "reproduce": cmd_reproduce,
+                "audit": cmd_audit, "cache": cmd_cache, "protocol": cmd_protocol, "reproduce": cmd_reproduce,
                 "appworld-setup": cmd_appworld_setup}[a.cmd](a)
     except SourceBenchError as e:
         print(f"sourcebench: error: {e}", file=sys.stderr)
