@@ -255,18 +255,26 @@ class LlamaPool:
         self._free: list[Any] = []
         self._loaded: list[Any] = []
         self._loading = 0
+        self._last: dict[int, str] = {}  # id(context) -> the prompt it evaluated last
         self._cond = threading.Condition()
 
     @property
     def loaded(self) -> int:
         return len(self._loaded)
 
-    def borrow(self) -> Any:
+    def borrow(self, prompt: str = "") -> Any:
+        """A free context, preferring the one whose last prompt shares the longest start with
+        ``prompt`` (its evaluated KV prefix is then reused; an agent's next step usually extends its
+        previous one). The outputs do not depend on which context is chosen, only the time does."""
         with self._cond:
             while not self._free and len(self._loaded) + self._loading >= self.size:
                 self._cond.wait()
             if self._free:
-                return self._free.pop()
+                best = max(range(len(self._free)), key=lambda i: (_shared_start(self._last.get(id(self._free[i]), ""),
+                                                                                 prompt), i))
+                llm = self._free.pop(best)
+                self._last[id(llm)] = prompt
+                return llm
             self._loading += 1
         try:
             llm = _new_llama(self.path, self.key, self.seed)
@@ -278,7 +286,13 @@ class LlamaPool:
         with self._cond:
             self._loading -= 1
             self._loaded.append(llm)
+            self._last[id(llm)] = prompt
         return llm
+
+    def forget(self, llm: Any) -> None:
+        """The context's state was reset: nothing of its last prompt is kept."""
+        with self._cond:
+            self._last[id(llm)] = ""
 
     def give_back(self, llm: Any) -> None:
         with self._cond:
@@ -293,6 +307,18 @@ class LlamaPool:
         llm = self.borrow()
         self.give_back(llm)
         return llm
+
+
+def _shared_start(a: str, b: str) -> int:
+    """Length of the common start of two strings (binary search over slice comparisons, in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 _POOLS_LOCK = threading.Lock()
@@ -572,8 +598,10 @@ class LocalLlamaAPI(ModelAPI):
             kwargs.pop("response_format")
             kwargs["grammar"] = grammar_for_schema(schema)
 
+        affinity = "\x00".join(f"{m['role']}\x01{m.get('content') or ''}" for m in messages) if self.prefix_cache else ""
+
         def run() -> tuple[dict[str, Any], float]:
-            llm = pool.borrow()  # this context is ours until the generation ends
+            llm = pool.borrow(affinity)  # this context is ours until the generation ends
             try:
                 if not self.prefix_cache:
                     llm.reset()  # evaluate the whole prompt
@@ -582,6 +610,7 @@ class LocalLlamaAPI(ModelAPI):
                 return response, time.perf_counter() - t0
             except BaseException:
                 llm.reset()  # a failed evaluation leaves no half-written state for the next call to reuse
+                pool.forget(llm)
                 raise
             finally:
                 pool.give_back(llm)

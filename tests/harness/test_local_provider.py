@@ -361,6 +361,25 @@ def test_pool_loads_lazily_and_bounds_concurrency(monkeypatch: pytest.MonkeyPatc
     assert got == [b]
 
 
+def test_pool_hands_a_call_the_context_that_evaluated_its_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
+    from harness.providers import local_llama
+
+    monkeypatch.setattr(local_llama, "_new_llama", lambda path, key, seed: object())
+    pool = local_llama.LlamaPool(local_llama.Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=2)
+    a = pool.borrow("system|agent A step 1")
+    b = pool.borrow("system|agent B step 1")
+    pool.give_back(b)
+    pool.give_back(a)  # a is the most recently returned: without affinity the next call would get it
+    assert pool.borrow("system|agent B step 1|result|step 2") is b
+    assert pool.borrow("system|agent A step 1|result|step 2") is a
+    pool.give_back(a)
+    pool.give_back(b)
+    pool.forget(b)  # b was reset after a failure: it holds nothing
+    assert pool.borrow("system|agent B step 1|result|step 2|more") is a  # a shares "system|agent "
+    assert local_llama._shared_start("abcdef", "abcxyz") == 3
+    assert local_llama._shared_start("", "abc") == 0 and local_llama._shared_start("abc", "abc") == 3
+
+
 def test_pool_load_failure_frees_its_slot(monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.providers import local_llama
 
