@@ -212,6 +212,7 @@ def default_instances(threads: int) -> int:
     return max(1, (os.cpu_count() or 2) // max(1, threads))
 
 
+_LOAD_LOCK = threading.Lock()
 _ModelKey = tuple[str, int, int, str | None]  # path, n_ctx, n_threads, chat_format
 LOAD_SECONDS: dict[_ModelKey, float] = {}  # how long the first context of each key took to load
 
@@ -224,15 +225,19 @@ def _new_llama(path: Path, key: _ModelKey, seed: int) -> Any:
     _, n_ctx, threads, chat_format = key
     t0 = time.perf_counter()
     try:
-        llm = Llama(
-            model_path=str(path),
-            n_ctx=n_ctx,
-            n_threads=threads,
-            n_threads_batch=threads,
-            seed=int(seed),
-            chat_format=chat_format,  # None: the chat template embedded in the GGUF
-            verbose=False,
-        )
+        # one load at a time: with verbose=False llama-cpp-python points fds 1 and 2 (and sys.stdout/err)
+        # at /dev/null while it loads and then restores what it saved; two loads overlapping in two
+        # threads restore each other's /dev/null, and every later print of the process is lost
+        with _LOAD_LOCK:
+            llm = Llama(
+                model_path=str(path),
+                n_ctx=n_ctx,
+                n_threads=threads,
+                n_threads_batch=threads,
+                seed=int(seed),
+                chat_format=chat_format,  # None: the chat template embedded in the GGUF
+                verbose=False,
+            )
     except Exception as e:  # noqa: BLE001  (llama.cpp raises ValueError/RuntimeError/...)
         raise ModelUnavailableError(f"cannot load GGUF model {path}: {e}") from None
     if os.environ.get("SOURCEBENCH_LOCAL_GRAMMAR", "").strip().lower() != "library":

@@ -10,6 +10,7 @@ import asyncio
 import importlib.metadata
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 from typing import Literal, Optional
@@ -332,6 +333,44 @@ def test_reused_prompt_prefix_gives_the_outputs_of_a_fresh_prompt() -> None:
         return out
 
     assert asyncio.run(run(reuse)) == asyncio.run(run(fresh))
+
+
+_OVERLAPPING_LOADS = """
+import os, sys, threading, time
+from pathlib import Path
+import llama_cpp
+from llama_cpp._utils import suppress_stdout_stderr
+
+class SlowLoad:  # what Llama(verbose=False) does around its model load, made slow enough to overlap
+    def __init__(self, **kwargs):
+        with suppress_stdout_stderr(disable=False):
+            time.sleep(0.3)
+
+llama_cpp.Llama = SlowLoad
+from harness.providers.local_llama import _new_llama
+
+loads = [threading.Thread(target=_new_llama, args=(Path("m.gguf"), ("m.gguf", 512, 1, None), 0)) for _ in range(2)]
+for t in loads:
+    t.start()
+    time.sleep(0.1)
+for t in loads:
+    t.join()
+print("stdout survives")
+print("stderr survives", file=sys.stderr)
+"""
+
+
+def test_overlapping_context_loads_keep_stdout_and_stderr(tmp_path) -> None:
+    """llama-cpp-python silences fds 1/2 while a context loads and then restores what it saved; two
+    loads overlapping in two threads restored each other's /dev/null, and the process printed into
+    nothing for good (an audit's tables vanished from its log). Loads are now one at a time."""
+    pytest.importorskip("llama_cpp")
+    out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+    with out.open("w") as o, err.open("w") as e:
+        subprocess.run([sys.executable, "-c", _OVERLAPPING_LOADS], stdout=o, stderr=e, check=True, timeout=120,
+                       env={**os.environ, "SOURCEBENCH_LOCAL_GRAMMAR": "library"})
+    assert "stdout survives" in out.read_text()
+    assert "stderr survives" in err.read_text()
 
 
 # -- the pool of contexts (no model needed) ------------------------------------------------------------
