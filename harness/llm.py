@@ -319,6 +319,15 @@ class LLM:
                     raise ModelUnavailableError(f"model '{self.spec.name}': {msg}") from None
             return self._model
 
+    async def count_tokens(self, text: str) -> int | None:
+        """The model's own token count of ``text`` when its provider tokenizes exactly (local
+        models declare ``exact_token_count``); None otherwise, and callers keep the chars / 4
+        estimate. Counting makes no model call and is not cached or billed."""
+        api = getattr(self.inspect_model(), "api", None)
+        if api is None or not getattr(api, "exact_token_count", False):
+            return None
+        return int(await api.count_text_tokens(text))
+
     def cache_key(self, messages: list[Message], max_tokens: int, temperature: float, schema: dict | None) -> str:
         payload = {
             "model": self.spec.name,
@@ -707,6 +716,9 @@ class BoundLLM:
 
     async def structured(self, messages: str | list[Message], schema: type[T], *, stage: str = "", **kw: Any) -> StructuredResult:
         return await self.llm.structured(messages, schema, method=self.method, phase=self.phase, stage=stage, **kw)
+
+    async def count_tokens(self, text: str) -> int | None:
+        return await self.llm.count_tokens(text)
 
 
 def parse_model_spec(name: str, role: str = "solver", **kw: Any) -> ModelSpec:

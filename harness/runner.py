@@ -12,10 +12,12 @@ import asyncio
 import fcntl
 import functools
 import hashlib
+import json
 import os
 import re
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -30,7 +32,7 @@ from .data import Answer, Source, Split, Task
 from .embeddings import Embedder, get_embedder
 from .errors import BenchmarkUnavailable, ConfigError, DataError, ModelUnavailableError, SourceBenchError
 from .gcpolicy import long_lived_frozen
-from .io import append_jsonl, atomic_write_json, read_json, read_jsonl
+from .io import append_jsonl, atomic_write_json, atomic_write_text, read_json, read_jsonl
 from .llm import LLM, CallCache, ModelSpec, UsageLedger
 from .method import Context, LearnContext, Method
 from .provenance import command_line, git_commit, package_versions
@@ -334,8 +336,9 @@ class Runner:
         t0 = time.time()
         prev = self._check_previous()
         self.run_id = (prev or {}).get("run_id") or uuid.uuid4().hex[:12]
-        done = self._done_rows()
         self._repair_torn_tail()
+        self._set_aside_stale_rows()
+        done = self._done_rows()
         if n := self.store.remove_staging():
             self.log(f"removed {n} half-built artifact folder(s) left by an interrupted run")
         sources, plans = self._plan()
@@ -369,6 +372,25 @@ class Runner:
         return {"out": str(self.out), "rows_done_before": len(done), "rows_new": n_pending,
                 "live_calls": self.live_calls, "seconds": round(time.time() - t0, 2), "report": report_paths,
                 "unavailable": self.unavailable}
+
+    def _set_aside_stale_rows(self) -> None:
+        """Rows a method wrote under another version of itself move to ``results.stale.jsonl`` (kept,
+        not reported) and are run again, so a folder never mixes a method's versions; whatever the new
+        version asks exactly as before comes from the call cache."""
+        p = self.results_path
+        if not p.exists():
+            return
+        versions = {m.name: str(m.version) for m in self.methods}
+        rows = read_jsonl(p)
+        stale = [r for r in rows if r.get("method") in versions and str(r.get("method_version")) != versions[r["method"]]]
+        if not stale:
+            return
+        append_jsonl(self.out / "results.stale.jsonl", stale)  # first, so a crash in between loses nothing
+        gone = {id(r) for r in stale}
+        atomic_write_text(p, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows if id(r) not in gone))
+        for (m, v), n in sorted(Counter((r["method"], str(r.get("method_version"))) for r in stale).items()):
+            self.log(f"{m}: {n} result row(s) of method version {v} moved to results.stale.jsonl; they are run "
+                     f"again with version {versions[m]}")
 
     def _repair_torn_tail(self) -> None:
         """Drop a final line left half-written by a crash, so appends start on a clean line."""

@@ -174,3 +174,28 @@ def test_user_errors_are_one_line_without_traceback(tmp_path, case):
     assert "Traceback" not in p.stderr and "Traceback" not in p.stdout
     assert len(err.splitlines()) == 1 and expect in err, err
     assert "sk-planted-secret-123" not in err
+
+
+def test_rows_of_another_method_version_are_set_aside_and_rerun(tmp_path, monkeypatch, capsys):
+    """A folder never mixes a method's versions: old rows are kept in results.stale.jsonl, the cells
+    run again, and calls the new version makes exactly as before come from the cache."""
+    need_data("phantomwiki")
+    from methods.hybrid_rag import HybridRAG
+
+    out = tmp_path / "pw"
+    args = ["run", "--benchmark", "phantomwiki", "--methods", "hybrid_rag,no_source", "--model", "scripted/extractive",
+            "--limit", "3", "--seeds", "0", "--embedder", "hash", "--out", str(out), "--data-dir", str(SHARED_DATA)]
+    assert run_cli(*args) == 0
+    before = rows(out)
+    calls = live_calls(out)
+    monkeypatch.setattr(HybridRAG, "version", "99")
+    capsys.readouterr()
+    assert run_cli(*args) == 0
+    assert "hybrid_rag: 3 result row(s) of method version 1 moved to results.stale.jsonl" in capsys.readouterr().out
+    after = rows(out)
+    stale = [json.loads(x) for x in (out / "results.stale.jsonl").read_text().splitlines()]
+    assert sorted(r["task_id"] for r in stale) == sorted(r["task_id"] for r in before if r["method"] == "hybrid_rag")
+    assert {r["method_version"] for r in stale} == {"1"}
+    assert len(after) == len(before) and {r["method_version"] for r in after if r["method"] == "hybrid_rag"} == {"99"}
+    assert [r for r in after if r["method"] == "no_source"] == [r for r in before if r["method"] == "no_source"]
+    assert live_calls(out) == calls  # the same prompts: every answer came from the cache

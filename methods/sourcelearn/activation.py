@@ -7,7 +7,9 @@ optional regions; they are loaded whole, required first, each only if it fits in
 B; a region that does not fit is skipped, never cut, so its internal structure stays intact.
 
 Deviation for small context windows: B becomes min(B, window - evidence - reply - prompt
-reserve), so the notes never crowd out the Hybrid RAG evidence on an 8k local model.
+reserve), so the notes never crowd out the Hybrid RAG evidence on an 8k local model. When the
+solver's provider counts tokens exactly (local models) the fit is checked in its own tokens, not
+chars / 4, which undercounts SmolLM2 on unit ids and names by up to ~40 % and overflowed its window.
 """
 
 from __future__ import annotations
@@ -55,6 +57,36 @@ def effective_budget(cfg: SourceLearnConfig, spec: ModelSpec, evidence_tokens: i
     reply = reply_tokens or spec.max_tokens
     room = window - evidence_tokens - reply - PROMPT_RESERVE - estimate_tokens(question)
     return max(0, min(cfg.budget_tokens, room))
+
+
+class _Fit:
+    """The window check in the solver's own tokens, when its provider counts them exactly.
+
+    ``room`` is what the window leaves for the notes (in real tokens); ``budget`` converts it to
+    the chars / 4 units regions are measured in, through the real/estimated ratio of the notes."""
+
+    def __init__(self, budget: int, room: int | None = None, count=None):
+        self.budget, self.room, self.count = budget, room, count
+
+    @classmethod
+    async def make(cls, cfg: SourceLearnConfig, ctx: Context, full: str, question: str, evidence_tokens: int,
+                   evidence_text: str | None, reply: int | None) -> _Fit:
+        budget = effective_budget(cfg, ctx.llm.spec, evidence_tokens, question, reply)
+        window = ctx.llm.spec.effective_context_window()
+        count = getattr(ctx.llm, "count_tokens", None)
+        exact_full = await count(full) if window and count is not None and full else None
+        if exact_full is None:
+            return cls(budget)
+        ev = await count(evidence_text) if evidence_text else evidence_tokens
+        room = window - (ev or 0) - (await count(question) or 0) - (reply or ctx.llm.spec.max_tokens) - PROMPT_RESERVE
+        ratio = exact_full / max(1, estimate_tokens(full))
+        return cls(max(0, min(cfg.budget_tokens, int(room / ratio))), max(0, room), count)
+
+    async def over(self, text: str) -> int:
+        """Real tokens by which ``text`` overflows the room (0 if it fits or nothing is counted)."""
+        if self.room is None or self.count is None:
+            return 0
+        return max(0, (await self.count(text) or 0) - self.room)
 
 
 def header(sm: SourceModel) -> str:
@@ -158,21 +190,32 @@ def load_regions(sm: SourceModel, live: list[Unit], order: list[str], budget: in
 
 
 async def activate(sm: SourceModel, source: Source, task: Task, ctx: Context, cfg: SourceLearnConfig, *,
-                   evidence_tokens: int = 0) -> tuple[str, dict[str, Any]]:
-    """The notes for one task and what was activated (tokens, regions, whether the router ran)."""
+                   evidence_tokens: int = 0, evidence_text: str | None = None) -> tuple[str, dict[str, Any]]:
+    """The notes for one task and what was activated (tokens, regions, whether the router ran).
+
+    ``evidence_text``: the rendered evidence, counted exactly when the solver's tokenizer is known."""
     live = sm.live_units(source)
     reply = getattr(ctx.benchmark, "answer_max_tokens", None)  # the benchmark may cap the answer's length
-    budget = effective_budget(cfg, ctx.llm.spec, evidence_tokens, task.question, reply)
+    full = sm.render(live)
+    fit = await _Fit.make(cfg, ctx, full, task.question, evidence_tokens, evidence_text, reply)
+    budget = fit.budget
     stats: dict[str, Any] = {"budget": budget, "n_units": len(sm.units), "n_live": len(live),
                              "n_stale": len(sm.units) - len(live), "router_used": False, "router_failed": False}
-    full = sm.render(live)
-    if estimate_tokens(full) <= budget:
+    if fit.room is not None:
+        stats["room_tokens"] = fit.room  # exact tokens the window leaves for the notes
+    if estimate_tokens(full) <= budget and not await fit.over(full):
         stats.update(mode="all", tokens=estimate_tokens(full), regions_loaded=[r.id for r in sm.regions
                                                                                 if sm.units_in_region(r.id, live)])
         return full, stats
     router_chars = max(2000, (budget or cfg.budget_tokens) * 4)
     required, optional, failed = await route(sm, source, task, live, ctx, router_chars)
     text, loaded, skipped = load_regions(sm, live, required + optional, budget)
+    for _ in range(4):  # the ratio of a subset can differ from the whole model's: shrink until it fits
+        excess = await fit.over(text)
+        if not excess:
+            break
+        budget = max(0, budget - int(excess * estimate_tokens(text) / max(1, await fit.count(text))) - 16)
+        text, loaded, skipped = load_regions(sm, live, required + optional, budget)
     stats.update(mode="routed", router_used=True, router_failed=failed, required=required, optional=optional,
-                 regions_loaded=loaded, regions_skipped=skipped, tokens=estimate_tokens(text))
+                 regions_loaded=loaded, regions_skipped=skipped, tokens=estimate_tokens(text), budget=budget)
     return text, stats

@@ -65,7 +65,8 @@ DEVIATIONS = [
      "files are not read at construction (they stay retrievable by Hybrid RAG), as in the official compiler."),
     ("Document families longer than 16k characters are read as consecutive parts; an entity's material is "
      "truncated deterministically (equal shares per element, then the tail) to fit the model's context window."),
-    "Small context windows: the activation budget is min(B, window - evidence - reply - prompt reserve).",
+    "Small context windows: the activation budget is min(B, window - evidence - reply - prompt reserve), in the "
+    "solver's own tokens when its provider counts them exactly (local models), else chars / 4.",
     "If the router call fails, regions are ordered by word overlap between the question and routing cards.",
     "Construction grounding and the abstraction gate use the backend model itself (as the official code does).",
     "Free-text fields of structured replies carry a length bound in their schema (statements 300 characters, names, conditions and questions 120) that a constrained decoder enforces, so a small model cannot loop inside one string until max_tokens; the paper sets none, and a longer reply from an API model still validates.",
@@ -109,7 +110,7 @@ def model_summary(sm: SourceModel, source: Source) -> dict[str, Any]:
 class SourceLearnBase(Method):
     """Construct M0 -> (self-study MS) -> (task-guided MT); which stages run is set per variant."""
 
-    version = "2"  # 2: bounded reply lists in every stage (see CONSTRUCT_VERSION)
+    version = "3"  # 2: bounded reply lists in every stage (see CONSTRUCT_VERSION); 3: exact-token window fit
     Config = SourceLearnConfig
     deviations = DEVIATIONS
     start: ClassVar[str] = "M0"  # the model the variant ends with (M0, MS) or task learning starts from
@@ -200,8 +201,9 @@ class SourceLearnBase(Method):
                 return failure(NO_GOLD)
         index = await load_index(ctx)
         evidence = retrieve(index, ctx.source, task.question, k=self.config.top_k, exclude=gold)
-        ev_tokens = estimate_tokens(ctx.benchmark.render_evidence(evidence)) if evidence else 0
-        notes, act = await activate(state, ctx.source, task, ctx, self.config, evidence_tokens=ev_tokens)
+        ev_text = ctx.benchmark.render_evidence(evidence) if evidence else ""
+        notes, act = await activate(state, ctx.source, task, ctx, self.config, evidence_tokens=estimate_tokens(ev_text),
+                                    evidence_text=ev_text)
         ans = await ctx.solve(task, evidence, notes=notes)
         ans.metadata["activation"] = act
         return ans

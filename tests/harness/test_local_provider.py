@@ -448,3 +448,17 @@ def test_instances_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SOURCEBENCH_LOCAL_INSTANCES")
     monkeypatch.setattr("os.cpu_count", lambda: 8)
     assert default_instances(2) == 4 and default_instances(8) == 1 and default_instances(16) == 1
+
+
+@pytest.mark.model
+def test_exact_token_count_of_the_local_model(smol, tmp_path) -> None:
+    from harness.llm import LLM, ModelSpec, UsageLedger
+
+    text = "[u-3f2a9c] Alice Smith (entity: Alice Smith) works at Nordair; see people/alice.md#work."
+    n = asyncio.run(smol.api.count_text_tokens(text))
+    assert n == len(smol.api.llama().tokenize(text.encode(), add_bos=False, special=True))
+    assert n > len(text) // 4  # ids and names: more tokens than the chars/4 estimate
+    local = LLM(ModelSpec(name="local/smollm2"), None, UsageLedger())
+    assert asyncio.run(local.count_tokens(text)) == n
+    scripted_llm = LLM(ModelSpec(name="scripted/extractive"), None, UsageLedger())
+    assert asyncio.run(scripted_llm.count_tokens(text)) is None  # no exact tokenizer: callers estimate

@@ -31,17 +31,18 @@ class Outcome:
 
 
 async def model_notes(sm: SourceModel, source: Source, task: Task, ctx: Context, cfg: SourceLearnConfig,
-                      evidence_tokens: int) -> tuple[str, dict[str, Any]]:
+                      evidence_text: str) -> tuple[str, dict[str, Any]]:
     from ..activation import activate
 
-    return await activate(sm, source, task, ctx, cfg, evidence_tokens=evidence_tokens)
+    return await activate(sm, source, task, ctx, cfg, evidence_tokens=estimate_tokens(evidence_text),
+                          evidence_text=evidence_text)
 
 
 async def attempt(sm: SourceModel, source: Source, task: Task, ctx: Context, cfg: SourceLearnConfig,
                   index: HybridIndex) -> Outcome:
     evidence = retrieve(index, source, task.question, k=cfg.top_k)
-    ev_tokens = estimate_tokens(ctx.benchmark.render_evidence(evidence)) if evidence else 0
-    notes, _ = await model_notes(sm, source, task, ctx, cfg, ev_tokens)
+    ev_text = ctx.benchmark.render_evidence(evidence) if evidence else ""
+    notes, _ = await model_notes(sm, source, task, ctx, cfg, ev_text)
     answer = await ctx.solve(task, evidence, notes, stage="mt_answer")
     if ctx.judge is None:
         return Outcome(task.id, False, False, answer_failed=answer.failed)

@@ -128,3 +128,29 @@ def test_small_context_window_shrinks_the_budget(tmp_path):
     _, st = run(activate(sm, SOURCE, TEST[0], answer_ctx(ctx), cfg, evidence_tokens=200))
     assert st["budget"] == 1200 - 200 - 256 - 400 - estimate_tokens(TEST[0].question)
     assert st["tokens"] <= st["budget"] and st["mode"] == "routed"
+
+
+def test_exact_token_counts_keep_the_notes_inside_a_small_window(tmp_path):
+    """A local model's tokenizer can count 1.5x chars/4 (ids, names): the fit is checked in its tokens."""
+
+    async def count(text: str) -> int:  # a tokenizer that needs 1.5 tokens per estimated one
+        return (len(text) * 3) // 8
+
+    sm = toy_model()
+    full = sm.render(sm.live_units(SOURCE))
+    evidence = "excerpt words " * 60
+    q = TEST[0].question
+    # by chars/4 the whole model fits (10 tokens to spare); by the tokenizer's count it does not
+    window = estimate_tokens(full) + 10 + estimate_tokens(evidence) + estimate_tokens(q) + 256 + 400
+    ctx = answer_ctx(make_ctx(tmp_path, llm=make_llm(tmp_path, window=window, max_tokens=256)))
+    cfg = SourceLearnConfig()
+    scripted.set_script(route_reply(["places"], ["people"]))
+    plain, st0 = run(activate(sm, SOURCE, TEST[0], ctx, cfg, evidence_tokens=estimate_tokens(evidence)))
+    assert st0["mode"] == "all" and plain == full  # what an estimate-only provider gets
+    ctx.llm.count_tokens = count
+    notes, st = run(activate(sm, SOURCE, TEST[0], ctx, cfg, evidence_tokens=estimate_tokens(evidence),
+                             evidence_text=evidence))
+    room = window - run(count(evidence)) - run(count(q)) - 256 - 400
+    assert st["room_tokens"] == room and st["mode"] == "routed"
+    assert run(count(notes)) <= room  # the notes fit in the model's own tokens
+    assert st["regions_loaded"][:2] == ["(whole source)", "places"] and "Oslo has a port" in notes
