@@ -13,8 +13,8 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import ConfigError
 from .embeddings import EmbeddingCache
+from .errors import ConfigError
 from .llm import CallCache
 
 FILES = {"llm_calls.sqlite": "calls", "embeddings.sqlite": "embeddings"}

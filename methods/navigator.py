@@ -34,7 +34,7 @@ from harness.data import Answer, Element, Evidence, Source, Task, normalise_ws
 from harness.method import Context, LearnContext, Method, MethodConfig
 from harness.retrieval import SparseBM25, tokenize
 
-from .kb_curator.reader import Episode, act_until_done, render_steps
+from .kb_curator.reader import Episode, act_until_done, fit_history, render_steps
 from .kb_curator.tools import (
     ID_CHARS,
     QUERY_CHARS,
@@ -208,11 +208,12 @@ NAV_SYSTEM = """You answer a question by studying a source organised like a book
 Start from the table of contents to find your way. A search line only points to a section: read the section before relying on it. Do not repeat a search; after two searches that turn up nothing useful, go back to the table of contents or answer. You have at most {rounds} rounds."""
 
 
-def navigator_messages(question: str, ep: Episode, cfg: NavigatorConfig) -> list[dict[str, str]]:
+def navigator_messages(question: str, ep: Episode, cfg: NavigatorConfig,
+                       history_chars: int | None = None) -> list[dict[str, str]]:
+    chars = cfg.history_chars if history_chars is None else history_chars
     parts = [f"Question: {question.strip()}"]
     if ep.steps:
-        parts.append("Your study so far:\n" + "\n\n".join(render_steps(ep.steps, label="Round",
-                                                                      budget_chars=cfg.history_chars)))
+        parts.append("Your study so far:\n" + "\n\n".join(render_steps(ep.steps, label="Round", budget_chars=chars)))
     parts.append(f"Round {ep.actions + 1} of {cfg.max_rounds}. Choose the next action.")
     return [{"role": "system", "content": NAV_SYSTEM.format(k=cfg.search_k, rounds=cfg.max_rounds)},
             {"role": "user", "content": "\n\n".join(parts)}]
@@ -222,8 +223,9 @@ async def navigate(question: str, book: Book, ctx: Context, cfg: NavigatorConfig
     """Study rounds until the agent answers, the round limit is reached, or a step call fails."""
 
     async def next_step(ep: Episode) -> Any:
-        return await ctx.llm.structured(navigator_messages(question, ep, cfg), NavigatorStep, stage="navigate_step",
-                                        max_tokens=cfg.step_max_tokens)
+        messages = await fit_history(ctx, lambda chars: navigator_messages(question, ep, cfg, chars),
+                                     cfg.history_chars, cfg.step_max_tokens)
+        return await ctx.llm.structured(messages, NavigatorStep, stage="navigate_step", max_tokens=cfg.step_max_tokens)
 
     def act(action: Any) -> Observation:
         if isinstance(action, KeywordSearch):
@@ -243,7 +245,7 @@ class Navigator(Method):
     """An agent that studies the source through a table of contents, keyword search and section reads."""
 
     name = "navigator"
-    version = "1"
+    version = "2"  # 2: step prompts fit the window in the local model's own tokens
     Config = NavigatorConfig
     uses_guidance = False
     description = "an agent with table-of-contents, keyword-search and read-section tools; no build phase"
@@ -253,7 +255,8 @@ class Navigator(Method):
         ("The answer is written by the shared answer prompt from the sections read (then the search lines seen), "
          "also when the round limit is reached (the paper's terminal round)."),
         ("Reads show at most read_chars characters of a section; older observations are shortened past "
-         "history_chars so the loop fits small context windows."),
+         "history_chars so the loop fits small context windows (a smaller cap for a step whose prompt would "
+         "overflow, when the solver counts tokens exactly)."),
         "Round limit 8 is our default (not stated in the part of the paper we have).",
     ]
 

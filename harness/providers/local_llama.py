@@ -678,14 +678,7 @@ class LocalLlamaAPI(ModelAPI):
     def max_connections(self) -> int:
         return self.instances
 
-    exact_token_count = True  # count_text_tokens below is the model's own tokenizer, not an estimate
-
-    async def count_text_tokens(self, text: str) -> int:
-        """Tokens of ``text`` under this model's vocabulary (no BOS, no chat template): methods that
-        fill a small window check their fit with it (chars / 4 undercounts SmolLM2 by up to ~40 % on
-        ids and names). inspect's default would fetch a tiktoken encoding, which fails offline."""
-        llm = await anyio.to_thread.run_sync(self.pool().any)
-        return len(llm.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+    exact_token_count = True  # count_text_tokens is the model's own tokenizer, not an estimate
 
     def should_retry(self, ex: Exception) -> bool:
         return False  # local failures (bad schema, missing file, overflow) are not transient
@@ -694,7 +687,9 @@ class LocalLlamaAPI(ModelAPI):
         return self.model_name
 
     async def count_text_tokens(self, text: str) -> int:
-        """Exact token count with the model's own tokenizer (inspect's default needs tiktoken data)."""
+        """Exact token count with the model's own tokenizer (inspect's default needs tiktoken data);
+        methods that fill a small window check their fit with it (chars / 4 undercounts SmolLM2 by up
+        to ~40 % on ids and names)."""
         return len(await self.tokenize(text))
 
     async def tokenize(self, text: str) -> list[int]:

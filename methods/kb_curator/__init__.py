@@ -66,7 +66,7 @@ class KBCurator(Method):
     """Supervised curation of a linked document store, read by a fixed search/read/answer reader."""
 
     name = "kb-curator"
-    version = "2"  # 2: link_many targets bounded in the schema
+    version = "3"  # 2: link_many targets bounded in the schema; 3: step prompts fit the local model's window
     Config = KBCuratorConfig
     uses_guidance = True
     entry_kind = "store entry"  # authored documents, links, edits and deletions (see ``entries``)
@@ -79,7 +79,8 @@ class KBCurator(Method):
         ("Actions are schema-constrained JSON steps (one action per call), not native tool calls; each backward "
          "phase starts with one call naming the question's keys and the missing indexes."),
         ("Reader and curator budgets (15 actions each), the 6-pair memory window and the history_chars cap on "
-         "results in view are our choices."),
+         "results in view are our choices; when the solver counts tokens exactly (local models) and a step prompt "
+         "would overflow its window, the cap shrinks for that step."),
         "Writes that recite a gold answer value are refused (our guard; the paper measures such documents).",
     ]
 

@@ -20,7 +20,7 @@ from pydantic import Field
 from harness.data import Answer, Task, normalise_ws, stable_hash
 from harness.method import Context, MethodConfig
 
-from .reader import Episode, answer_from_episode, render_steps, run_reader
+from .reader import Episode, answer_from_episode, fit_history, render_steps, run_reader
 from .tools import (
     LINK_MAX,
     Add,
@@ -110,7 +110,7 @@ def training_order(guidance: list[Task], seed: int, epoch: int) -> list[Task]:
 
 
 def curator_messages(feedback: Feedback, keys: KeyAnalysis | None, steps: list[tuple[str, Observation]],
-                     cfg: KBCuratorConfig) -> list[dict[str, str]]:
+                     cfg: KBCuratorConfig, history_chars: int | None = None) -> list[dict[str, str]]:
     parts = [feedback.render()]
     if keys is not None:
         parts.append(f"Keys the question names: {normalise_ws(keys.keys) or '(none)'}\n"
@@ -119,7 +119,8 @@ def curator_messages(feedback: Feedback, keys: KeyAnalysis | None, steps: list[t
     omitted = len(steps) - len(recent)
     if recent:
         hist = [f"({omitted} earlier action(s) no longer shown)"] if omitted else []
-        hist += render_steps(recent, label="Action", first=omitted + 1, budget_chars=cfg.history_chars)
+        hist += render_steps(recent, label="Action", first=omitted + 1,
+                             budget_chars=cfg.history_chars if history_chars is None else history_chars)
         parts.append("Your curation actions so far:\n" + "\n\n".join(hist))
     parts.append(f"Actions used: {len(steps)} of {cfg.curator_budget}. Choose the next action.")
     return [{"role": "system", "content": CURATOR_SYSTEM.format(link_max=cfg.link_max, budget=cfg.curator_budget)},
@@ -145,8 +146,9 @@ async def backward(task: Task, feedback: Feedback, tools: ToolBox, dedup: DedupG
     steps: list[tuple[str, Observation]] = []
     stop, error = "budget", ""
     while len(steps) < cfg.curator_budget:
-        res = await ctx.llm.structured(curator_messages(feedback, kres.value, steps, cfg), CuratorStep,
-                                       stage="curate_step", max_tokens=cfg.step_max_tokens)
+        messages = await fit_history(ctx, lambda chars: curator_messages(feedback, kres.value, steps, cfg, chars),
+                                     cfg.history_chars, cfg.step_max_tokens)
+        res = await ctx.llm.structured(messages, CuratorStep, stage="curate_step", max_tokens=cfg.step_max_tokens)
         if res.value is None:
             stop, error = "error", res.error or "no valid action"
             break

@@ -101,6 +101,36 @@ def render_steps(steps: list[tuple[str, Observation]], *, label: str, first: int
     return [f"{label} {i}: {d}\nResult: {t}" for i, ((d, _), t) in enumerate(zip(steps, texts), first)]
 
 
+MESSAGE_OVERHEAD_TOKENS = 8  # chat-template tokens around each message
+
+
+async def fit_history(ctx: Context, build: Callable[[int | None], list[dict[str, str]]], history_chars: int | None,
+                      max_tokens: int) -> list[dict[str, str]]:
+    """The step prompt ``build(history_chars)``, with a smaller history budget when the solver counts
+    tokens exactly (local models) and the prompt would leave less than ``max_tokens`` of its window:
+    chars / 4 sizes undercount a small model's tokenizer, and an overflowing step fails the episode.
+    Prompts that fit are built exactly as before."""
+    messages = build(history_chars)
+    window = ctx.llm.spec.effective_context_window()
+    count = getattr(ctx.llm, "count_tokens", None)
+    if not window or count is None or history_chars is None:
+        return messages
+    limit = window - max_tokens
+    for _ in range(4):
+        used = [await count(m["content"]) for m in messages]
+        if None in used:
+            return messages
+        total = sum(used) + MESSAGE_OVERHEAD_TOKENS * len(messages)  # type: ignore[arg-type]
+        if total <= limit or history_chars <= 0:
+            return messages
+        # the history is part of the last message: cut its budget by the excess, in characters
+        chars_per_token = sum(len(m["content"]) for m in messages) / max(1, total)
+        excess_chars = int((total - limit) * chars_per_token * 1.1) + 1
+        history_chars = max(0, min(history_chars, len(messages[-1]["content"])) - excess_chars)
+        messages = build(history_chars)
+    return messages
+
+
 def reader_messages(question: str, episode: Episode, budget: int, window: int, search_k: int,
                     history_chars: int | None = None) -> list[dict[str, str]]:
     recent = episode.steps[-window:] if window > 0 else []
@@ -122,7 +152,8 @@ async def run_reader(question: str, tools: ToolBox, ctx: Context, *, budget: int
                      max_tokens: int, history_chars: int | None = None) -> Episode:
     """Let the reader act until it answers, its budget is spent, or a step call fails."""
     async def next_step(ep: Episode) -> Any:
-        messages = reader_messages(question, ep, budget, window, tools.search_k, history_chars)
+        messages = await fit_history(ctx, lambda chars: reader_messages(question, ep, budget, window, tools.search_k,
+                                                                        chars), history_chars, max_tokens)
         return await ctx.llm.structured(messages, ReaderStep, stage=stage, max_tokens=max_tokens)
 
     def act(action: Any) -> Observation:

@@ -195,3 +195,35 @@ def test_learn_writes_only_a_manifest_and_calls_no_model(tmp_path):
 def test_a_failed_step_is_a_failed_answer(tmp_path):
     ans, _ = run(tmp_path, lambda n, p: "{}")
     assert ans.failed and ans.failure_reason.startswith("navigator step failed") and not solve_calls()
+
+
+def test_a_step_prompt_that_would_overflow_the_window_gets_a_smaller_history(tmp_path):
+    """With a tokenizer that counts more than chars/4 (a local model), the history shrinks for the step
+    that would not fit; the same episode without exact counts keeps every observation whole."""
+    from types import SimpleNamespace
+
+    from methods.kb_curator.reader import fit_history
+
+    async def count(text: str) -> int:
+        return (len(text) * 3) // 8  # 1.5 tokens per chars/4 estimate
+
+    def build(chars):
+        return [{"role": "system", "content": "s" * 400}, {"role": "user", "content": "h" * (20000 if chars is None else chars)}]
+
+    ctx = SimpleNamespace(llm=SimpleNamespace(spec=ModelSpec(name="scripted/x", context_window=3000), count_tokens=count))
+    fitted = asyncio.run(fit_history(ctx, build, 16000, 512))
+    used = sum(asyncio.run(count(m["content"])) + 8 for m in fitted)
+    assert used <= 3000 - 512 and len(fitted[1]["content"]) < 16000
+    assert asyncio.run(fit_history(ctx, build, 2000, 512)) == build(2000)  # fits: built as before
+    no_count = SimpleNamespace(llm=SimpleNamespace(spec=ctx.llm.spec))
+    assert asyncio.run(fit_history(no_count, build, 16000, 512)) == build(16000)
+
+    plan = [act("read", section_id=e.id) for e in SOURCE.elements[:3]] + [act("answer")]
+    scripted.set_script(router(lambda n, p: plan[n]))
+    method = Navigator({"history_chars": 16000})
+    lctx, tctx, _ = contexts(tmp_path)
+    tctx.llm.llm.spec = ModelSpec(name="scripted/unit", max_tokens=64, context_window=700)
+    tctx.llm.count_tokens = count
+    asyncio.run(method.learn(SOURCE, [], lctx))
+    asyncio.run(method.answer(TASK, method.load(lctx.workdir, tctx), tctx))
+    assert "[shortened]" in nav_calls()[3]["messages"][-1]["content"]
