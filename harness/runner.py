@@ -103,6 +103,17 @@ class Cell:
         return f"{self.method.name}/{self.source.id}/seed{self.split.seed}"
 
 
+def _move_rows(path: Path, to: Path, rows: list[dict[str, Any]], moved: list[dict[str, Any]]) -> None:
+    """Append ``moved`` (a subset of ``rows``, the lines of ``path``) to ``to``, then rewrite ``path``
+    without them; appended first, so a crash in between duplicates rows but never loses one."""
+    if not moved:
+        return
+    append_jsonl(to, moved)
+    gone = {id(r) for r in moved}
+    atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows
+                                    if id(r) not in gone))
+
+
 class RunLock:
     """An exclusive lock on the output folder: two runs must not interleave their appends."""
 
@@ -385,12 +396,17 @@ class Runner:
         stale = [r for r in rows if r.get("method") in versions and str(r.get("method_version")) != versions[r["method"]]]
         if not stale:
             return
-        append_jsonl(self.out / "results.stale.jsonl", stale)  # first, so a crash in between loses nothing
-        gone = {id(r) for r in stale}
-        atomic_write_text(p, "".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows if id(r) not in gone))
+        _move_rows(p, self.out / "results.stale.jsonl", rows, stale)
+        # their usage and failures too, so the cost tables count each call of the current version once
+        names = {r["method"] for r in stale}
+        for counters in (self.usage_path, self.failures_path):
+            if counters.exists():
+                rows = read_jsonl(counters, tolerate_torn_tail=True)
+                _move_rows(counters, counters.with_suffix(".stale.jsonl"), rows,
+                           [r for r in rows if r.get("method") in names])
         for (m, v), n in sorted(Counter((r["method"], str(r.get("method_version"))) for r in stale).items()):
-            self.log(f"{m}: {n} result row(s) of method version {v} moved to results.stale.jsonl; they are run "
-                     f"again with version {versions[m]}")
+            self.log(f"{m}: {n} result row(s) of method version {v} moved to results.stale.jsonl (its usage and "
+                     f"failures to usage/failures.stale.jsonl); they are run again with version {versions[m]}")
 
     def _repair_torn_tail(self) -> None:
         """Drop a final line left half-written by a crash, so appends start on a clean line."""

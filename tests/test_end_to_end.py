@@ -191,11 +191,19 @@ def test_rows_of_another_method_version_are_set_aside_and_rerun(tmp_path, monkey
     monkeypatch.setattr(HybridRAG, "version", "99")
     capsys.readouterr()
     assert run_cli(*args) == 0
-    assert "hybrid_rag: 3 result row(s) of method version 1 moved to results.stale.jsonl" in capsys.readouterr().out
+    assert "hybrid_rag: 3 result row(s) of method version 1 moved to results.stale.jsonl" in \
+        " ".join(capsys.readouterr().out.split())
     after = rows(out)
     stale = [json.loads(x) for x in (out / "results.stale.jsonl").read_text().splitlines()]
     assert sorted(r["task_id"] for r in stale) == sorted(r["task_id"] for r in before if r["method"] == "hybrid_rag")
     assert {r["method_version"] for r in stale} == {"1"}
     assert len(after) == len(before) and {r["method_version"] for r in after if r["method"] == "hybrid_rag"} == {"99"}
     assert [r for r in after if r["method"] == "no_source"] == [r for r in before if r["method"] == "no_source"]
-    assert live_calls(out) == calls  # the same prompts: every answer came from the cache
+    # the first version's usage moved aside with its rows; the new version's answers all came from the cache
+    usage = [json.loads(x) for x in (out / "usage.jsonl").read_text().splitlines()]
+    old_usage = [json.loads(x) for x in (out / "usage.stale.jsonl").read_text().splitlines()]
+    assert {r["method"] for r in old_usage} == {"hybrid_rag"}
+    first_hybrid_live = sum(r["calls"] for r in old_usage if r["status"] == "live")
+    assert first_hybrid_live > 0 and live_calls(out) == calls - first_hybrid_live
+    assert not [r for r in usage if r["method"] == "hybrid_rag" and r["status"] == "live"]
+    assert sum(r["calls"] for r in usage if r["method"] == "hybrid_rag" and r["status"] == "cached") >= 3
