@@ -72,6 +72,9 @@ class Method(abc.ABC):
     Config: ClassVar[type[MethodConfig]] = MethodConfig
     uses_guidance: ClassVar[bool] = False
     deviations: ClassVar[list[str]] = []
+    # learn-stage name prefixes whose sub-artifacts are keyed by their own versions and outlive a change
+    # of this method's version (their usage rows stay when its older result rows are set aside)
+    shared_stages: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
 
     def __init__(self, config: MethodConfig | dict[str, Any] | None = None):

@@ -397,13 +397,19 @@ class Runner:
         if not stale:
             return
         _move_rows(p, self.out / "results.stale.jsonl", rows, stale)
-        # their usage and failures too, so the cost tables count each call of the current version once
+        # their usage and failures too, so the cost tables count each call of the current version once;
+        # learning of sub-artifacts that outlive the version (a method's shared_stages) stays billed
+        shared = {m.name: m.shared_stages for m in self.methods}
+
+        def old_version(r: dict[str, Any]) -> bool:
+            m = r.get("method")
+            return m in names and not (r.get("phase") == "learn" and str(r.get("stage", "")).startswith(shared[m]))
+
         names = {r["method"] for r in stale}
         for counters in (self.usage_path, self.failures_path):
             if counters.exists():
                 rows = read_jsonl(counters, tolerate_torn_tail=True)
-                _move_rows(counters, counters.with_suffix(".stale.jsonl"), rows,
-                           [r for r in rows if r.get("method") in names])
+                _move_rows(counters, counters.with_suffix(".stale.jsonl"), rows, [r for r in rows if old_version(r)])
         for (m, v), n in sorted(Counter((r["method"], str(r.get("method_version"))) for r in stale).items()):
             self.log(f"{m}: {n} result row(s) of method version {v} moved to results.stale.jsonl (its usage and "
                      f"failures to usage/failures.stale.jsonl); they are run again with version {versions[m]}")

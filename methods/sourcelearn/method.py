@@ -115,6 +115,7 @@ class SourceLearnBase(Method):
     deviations = DEVIATIONS
     start: ClassVar[str] = "M0"  # the model the variant ends with (M0, MS) or task learning starts from
     task_learning: ClassVar[bool] = False
+    shared_stages: ClassVar[tuple[str, ...]] = ("construct_", "ms_")  # M0 and MS, keyed by their stage versions
     local: ClassVar[bool] = True  # failure-guided local refinement
     cross: ClassVar[bool] = True  # lessons, policy and recalibration
 
