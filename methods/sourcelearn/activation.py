@@ -65,8 +65,14 @@ class _Fit:
     ``room`` is what the window leaves for the notes (in real tokens); ``budget`` converts it to
     the chars / 4 units regions are measured in, through the real/estimated ratio of the notes."""
 
-    def __init__(self, budget: int, room: int | None = None, count=None):
-        self.budget, self.room, self.count = budget, room, count
+    def __init__(self, budget: int, room: int | None = None, count=None, counted: dict[str, int] | None = None):
+        self.budget, self.room, self._count = budget, room, count
+        self._counted = dict(counted or {})  # text -> tokens: each text is tokenised once
+
+    async def count(self, text: str) -> int:
+        if text not in self._counted:
+            self._counted[text] = await self._count(text) or 0
+        return self._counted[text]
 
     @classmethod
     async def make(cls, cfg: SourceLearnConfig, ctx: Context, full: str, question: str, evidence_tokens: int,
@@ -80,13 +86,13 @@ class _Fit:
         ev = await count(evidence_text) if evidence_text else evidence_tokens
         room = window - (ev or 0) - (await count(question) or 0) - (reply or ctx.llm.spec.max_tokens) - PROMPT_RESERVE
         ratio = exact_full / max(1, estimate_tokens(full))
-        return cls(max(0, min(cfg.budget_tokens, int(room / ratio))), max(0, room), count)
+        return cls(max(0, min(cfg.budget_tokens, int(room / ratio))), max(0, room), count, {full: exact_full})
 
     async def over(self, text: str) -> int:
         """Real tokens by which ``text`` overflows the room (0 if it fits or nothing is counted)."""
-        if self.room is None or self.count is None:
+        if self.room is None or self._count is None:
             return 0
-        return max(0, (await self.count(text) or 0) - self.room)
+        return max(0, await self.count(text) - self.room)
 
 
 def header(sm: SourceModel) -> str:
