@@ -52,9 +52,10 @@ __all__ = [
 
 # bumped when a stage's output can change: 2 = reply lists bounded for the decoder (a small model
 # repeated items until max_tokens cut the JSON); self-study 2-3: the planner's keys and arity, 5: a
-# planning round proposes at least one action; construct 3 / self-study 6: a unit or note cites an id
+# planning round proposes at least one action; construct 3 / self-study 6: a unit or note cites an id;
+# self-study 7: after an empty round the planner sees its refused proposals, studied entities listed last
 CONSTRUCT_VERSION = "3"
-SELFSTUDY_VERSION = "6"
+SELFSTUDY_VERSION = "7"
 MODEL_FILE = "model.json"
 STATS_FILE = "stats.json"
 
@@ -110,7 +111,8 @@ def model_summary(sm: SourceModel, source: Source) -> dict[str, Any]:
 class SourceLearnBase(Method):
     """Construct M0 -> (self-study MS) -> (task-guided MT); which stages run is set per variant."""
 
-    version = "3"  # 2: bounded reply lists in every stage (see CONSTRUCT_VERSION); 3: exact-token window fit
+    version = "4"  # 2: bounded reply lists in every stage (see CONSTRUCT_VERSION); 3: exact-token window fit;
+    # 4: a planning retry shows the refused proposals (SELFSTUDY_VERSION 7)
     Config = SourceLearnConfig
     deviations = DEVIATIONS
     start: ClassVar[str] = "M0"  # the model the variant ends with (M0, MS) or task learning starts from

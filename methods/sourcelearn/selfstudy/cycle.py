@@ -80,14 +80,18 @@ async def study_rounds(llm: BoundLLM, index: HybridIndex, sm: SourceModel, sourc
         async with sem:
             return await study(llm, index, sm, source, a, k=cfg.top_k, max_notes=cfg.max_per_slot, stage="ms_study")
 
+    refused: list[str] = []
     while len(taken) < cfg.study_actions and empty < cfg.empty_rounds_stop and notes:
         n = min(cfg.actions_per_round, cfg.study_actions - len(taken))
         stats.rounds += 1
-        actions = await plan_round(llm, sm, notes, taken, n, stage="ms_plan")
+        planned = await plan_round(llm, sm, notes, taken, n, stage="ms_plan", rejected=refused)
+        actions = planned.actions
         if not actions:
             empty += 1
             stats.empty_rounds += 1
+            refused = planned.refused  # shown to the next round, so that a greedy planner can change its mind
             continue
+        refused = []
         taken.extend(actions)
         found = await asyncio.gather(*(run(a) for a in actions))
         stats.study_failed += sum(f is None for f in found)

@@ -5,6 +5,11 @@ observation with ONE focused question (paper Eq. 10, C.3). The planner is an LLM
 enforces what the prompt asks: entity keys must exist in the model, DEEPEN names one entity and
 CONNECT two different ones, and an action (kind + entities) is never taken twice in a cycle. The
 schema sent lists the entity keys shown as the only values an entity may take.
+
+A round whose proposals were all rejected is followed by one that shows them as rejected, and
+entities already studied are listed after the others: with greedy decoding an unchanged prompt
+repeats its reply (from the cache, even), so without this the retry the stop rule allows could
+never propose anything new (SmolLM2 proposed the same DEEPEN again and stopped after 1 of K = 5).
 """
 
 from __future__ import annotations
@@ -98,11 +103,15 @@ PLAN_SYSTEM = (
 
 
 def plan_messages(sm: SourceModel, notes: list[Note], taken: list[Action], n: int,
-                  budget: int) -> tuple[list[dict[str, str]], list[str]]:
-    """The planner's prompt and the entity keys it lists (noted entities first, as many as fit)."""
+                  budget: int, rejected: list[str] | None = None) -> tuple[list[dict[str, str]], list[str]]:
+    """The planner's prompt and the entity keys it lists (as many as fit): noted entities not yet
+    studied, other entities not yet studied, then the studied ones. ``rejected``: the renderings of
+    the previous round's proposals, all refused (repeats or unusable keys)."""
     mentioned = list(dict.fromkeys(k for note in notes for k in note.entities))
     ents = {e.key: e for e in sm.entities}
-    order = [k for k in mentioned if k in ents] + [e.key for e in sm.entities if e.key not in set(mentioned)]
+    studied = {k for a in taken for k in a.entities}
+    order = list(dict.fromkeys([k for k in mentioned if k in ents] + [e.key for e in sm.entities]))
+    order = [k for k in order if k not in studied] + [k for k in order if k in studied]
     ent_lines = fit([f"- {k} ({ents[k].name}; region {ents[k].region})" for k in order], budget // 4)
     shown = order[:len(ent_lines)]
     history = [f"- {a.render()}: {a.question}" for a in taken]
@@ -110,8 +119,11 @@ def plan_messages(sm: SourceModel, notes: list[Note], taken: list[Action], n: in
     history = fit(history, budget // 8)
     parts = ["Entities (key, name, region):\n" + "\n".join(ent_lines),
              "Observations:\n" + "\n".join(obs),
-             "Actions already taken:\n" + ("\n".join(history) or "(none)"),
-             f"Choose up to {n} new actions. Reply in JSON."]
+             "Actions already taken:\n" + ("\n".join(history) or "(none)")]
+    if rejected:
+        parts.append("Your previous proposals were refused (already taken, or not usable): "
+                     + "; ".join(rejected) + ". Propose different entities or pairs.")
+    parts.append(f"Choose up to {n} new actions. Reply in JSON.")
     return [{"role": "system", "content": PLAN_SYSTEM.format(n=n)},
             {"role": "user", "content": "\n\n".join(parts)}], shown
 
@@ -141,15 +153,26 @@ def validate_actions(proposed: list[ProposedAction], sm: SourceModel, taken: set
     return out
 
 
+@dataclass
+class PlanRound:
+    actions: list[Action]
+    refused: list[str]  # renderings of proposals that validation dropped (for the next round's prompt)
+
+
 async def plan_round(llm: BoundLLM, sm: SourceModel, notes: list[Note], taken: list[Action], n: int,
-                     stage: str) -> list[Action]:
-    """One planning round: up to ``n`` new actions (empty if none, or if the call failed)."""
+                     stage: str, rejected: list[str] | None = None) -> PlanRound:
+    """One planning round: up to ``n`` new actions (none if none survive, or if the call failed)."""
     budget = material_chars(llm, PLAN_MAX_TOKENS)
-    messages, shown = plan_messages(sm, notes, taken, n, budget)
+    messages, shown = plan_messages(sm, notes, taken, n, budget, rejected)
     # entity keys limited to those listed: a constrained decoder cannot invent one (SmolLM2 wrote
     # numbers such as "1.203985674" for every key without it, so no action survived validation)
     res = await llm.structured(messages, study_plan(n), stage=stage, max_tokens=PLAN_MAX_TOKENS,
                                choices={"entities": shown})
     if res.failed or res.value is None:
-        return []
-    return validate_actions(res.value.actions, sm, {a.key for a in taken}, n, len(notes))  # type: ignore[union-attr]
+        return PlanRound([], [])
+    proposed = res.value.actions  # type: ignore[union-attr]
+    actions = validate_actions(proposed, sm, {a.key for a in taken}, n, len(notes))
+    kept = {a.key for a in actions}
+    refused = [f"{p.kind}({', '.join(p.entities)})" for p in proposed
+               if (p.kind, tuple(sorted(resolve_entity(sm, k) or k for k in p.entities))) not in kept]
+    return PlanRound(actions, list(dict.fromkeys(refused)))

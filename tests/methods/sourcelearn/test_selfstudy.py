@@ -325,6 +325,27 @@ def test_plan_never_repeats_and_stops_after_two_empty_rounds(tmp_path):
     assert "DEEPEN(Alice): QSTUDY one?" in plans[1]["messages"][-1]["content"]
 
 
+def test_a_retry_after_an_empty_round_shows_the_refused_proposals_and_lists_studied_entities_last(tmp_path):
+    """A greedy planner asked the same prompt repeats itself; the retry must differ from the refused round."""
+    rounds = iter([
+        {"actions": [{"kind": "DEEPEN", "entities": ["Alice"], "observation": 1, "question": "QSTUDY one?"}]},
+        {"actions": [{"kind": "DEEPEN", "entities": ["Alice"], "observation": 1, "question": "again?"}]},
+        {"actions": [{"kind": "DEEPEN", "entities": ["Bob"], "observation": 1, "question": "QSTUDY bob?"}]},
+        {"actions": []}, {"actions": []},
+    ])
+    scripted.set_script(route({OBSERVE: observe_all, PLAN: lambda p, _: next(rounds),
+                               WRITER: writes([]), PRESERVE: lambda p, _: {"lost": []}}))
+    ms = asyncio.run(self_learn(toy_model(), SOURCE, make_ctx(tmp_path), SourceLearnConfig(study_actions=20)))
+    rec = ms.history[-1].stats["cycles"][0]
+    assert rec["actions"] == 2 and rec["rounds"] == 4 and rec["empty_rounds"] == 2
+    prompts = [c["messages"][-1]["content"] for c in calls_with(PLAN)]
+    assert "refused" not in prompts[0] and "refused" not in prompts[1]
+    assert "refused (already taken, or not usable): DEEPEN(Alice)." in prompts[2]
+    assert "refused" not in prompts[3]  # a round that took an action clears the list
+    entities = prompts[1].split("Entities (key, name, region):\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert entities[-1].startswith("- Alice ")  # studied: listed after every entity not studied yet
+
+
 def test_planner_schema_limits_entity_keys_to_the_listed_ones(tmp_path):
     scripted.set_script(route({OBSERVE: observe_all, PLAN: lambda p, _: {"actions": []},
                                WRITER: writes([]), PRESERVE: lambda p, _: {"lost": []}}))
