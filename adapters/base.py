@@ -134,7 +134,7 @@ class Benchmark(abc.ABC):
         parts.append(f"Question: {task.question.strip()}")
         return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
 
-    async def solve(self, task: Task, evidence: list[Evidence], notes: str, llm: "BoundLLM", stage: str = "answer") -> Answer:
+    async def solve(self, task: Task, evidence: list[Evidence], notes: str, llm: BoundLLM, stage: str = "answer") -> Answer:
         messages = self.build_prompt(task, evidence, notes)
         ctx_tokens = estimate_tokens("".join(m["content"] for m in messages))
         if self.answer_schema is not None:
@@ -156,7 +156,7 @@ class Benchmark(abc.ABC):
 
     # -- scoring ---------------------------------------------------------------------------------
     @abc.abstractmethod
-    async def score(self, task: Task, answer: Answer, judge: "BoundLLM | None") -> Score: ...
+    async def score(self, task: Task, answer: Answer, judge: BoundLLM | None) -> Score: ...
 
     def describe(self) -> dict[str, Any]:
         return {"name": self.name, "version": self.version, "scorer": self.scorer_name, "options": self.options}

@@ -14,8 +14,9 @@ import re
 import shutil
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from .data import stable_hash
 from .errors import DataError

@@ -14,8 +14,9 @@ import struct
 import traceback
 import zipfile
 import zlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Iterator
+from typing import TYPE_CHECKING
 
 from inspect_ai import Task as InspectTask
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from .runner import Cell, Runner
 
 
-def cell_task(runner: "Runner", cell: "Cell", todo: list[Task]) -> InspectTask:
+def cell_task(runner: Runner, cell: Cell, todo: list[Task]) -> InspectTask:
     by_id = {t.id: t for t in todo}
     ctx = runner.context(Context, cell.method, cell.source, cell.split, cell.ledger, "answer")
     state_holder: dict[str, object] = {}

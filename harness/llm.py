@@ -341,7 +341,7 @@ class LLM:
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
-    def bind(self, method: str, phase: str) -> "BoundLLM":
+    def bind(self, method: str, phase: str) -> BoundLLM:
         return BoundLLM(self, method, phase)
 
     async def generate(

@@ -9,10 +9,11 @@ methods run on the same backend and differ only in how they learn and use the so
 from __future__ import annotations
 
 import abc
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -37,10 +38,10 @@ class Context:
     """What the harness lends a method in either phase."""
 
     source: Source
-    benchmark: "Benchmark"
-    llm: "BoundLLM"
-    embedder: "Embedder"
-    store: "ArtifactStore"
+    benchmark: Benchmark
+    llm: BoundLLM
+    embedder: Embedder
+    store: ArtifactStore
     seed: int = 0
     split: Split | None = None
     judge: Callable[[Task, Answer], Awaitable[Score]] | None = None

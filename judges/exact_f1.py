@@ -5,7 +5,7 @@ Prediction and gold are split on ",", stripped and lowercased, and compared as s
 
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 
 def answer_set(text: str | Iterable[str]) -> set[str]:

@@ -35,7 +35,7 @@ def judge_messages(question: str, references: list[str], answer: str) -> list[di
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
-async def llm_judge(task: Task, answer: Answer, judge: "BoundLLM") -> Score:
+async def llm_judge(task: Task, answer: Answer, judge: BoundLLM) -> Score:
     refs = task.reference if isinstance(task.reference, list) else [str(task.reference)]
     messages = judge_messages(task.question, [str(r) for r in refs], answer.text)
     res = await judge.structured(messages, Verdict, stage="judge", max_tokens=256)

@@ -136,11 +136,11 @@ def test_killed_run_resumes_to_identical_results(tmp_path):
     partial = len((out / "results.jsonl").read_text().splitlines())
     assert 0 < partial < 32, "the run should have been killed midway"
     subprocess.run(_cmd(out), check=True, env={**env, "SOURCEBENCH_SCRIPTED_DELAY": "0"}, capture_output=True)
-    key = lambda x: (x["method"], x["seed"], x["task_id"])  # noqa: E731
+    key = lambda x: (x["method"], x["seed"], x["task_id"])
     a = sorted(rows(ref), key=key)
     b = sorted(rows(out), key=key)
     assert len(b) == 32 and len({key(x) for x in b}) == 32  # no duplicated or missing rows
-    strip = lambda x: {k: v for k, v in x.items() if k not in ("run_id",)}  # noqa: E731
+    strip = lambda x: {k: v for k, v in x.items() if k not in ("run_id",)}
     assert [strip(x) for x in a] == [strip(x) for x in b]
 
 

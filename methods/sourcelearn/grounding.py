@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 EXCERPT_CHARS = 1200
 _NEG = re.compile(r"\b(not|no|never|cannot|can't|doesn't|don't|isn't|aren't|won't|without|neither|nor|none|"
-                  r"unsupported|impossible|disallowed|forbidden|prohibited)\b", re.I)
+                  r"unsupported|impossible|disallowed|forbidden|prohibited)\b", re.IGNORECASE)
 
 
 def is_negative(statement: str) -> bool:
@@ -103,7 +103,7 @@ class GateStats:
         return d
 
 
-async def check(llm: "BoundLLM", statement: str, element_ids: list[str], source: Source,
+async def check(llm: BoundLLM, statement: str, element_ids: list[str], source: Source,
                 stage: str) -> GroundVerdict | None:
     """One grounding call for one statement; None if the call failed."""
     block = excerpts_block(source, element_ids)
@@ -127,7 +127,7 @@ def _apply_negative_rule(statement: str, verdict: GroundVerdict, source: Source,
     return verdict
 
 
-async def gate_unit(llm: "BoundLLM", unit: Unit, source: Source, stage: str, stats: GateStats | None = None,
+async def gate_unit(llm: BoundLLM, unit: Unit, source: Source, stage: str, stats: GateStats | None = None,
                     narrow: bool = True) -> GateResult:
     """Ground one unit against its anchors; one narrowing retry; re-stamp anchors to the cited evidence."""
     stats = stats if stats is not None else GateStats()
@@ -174,7 +174,7 @@ def _restamp(unit: Unit, v: GroundVerdict, source: Source) -> Unit:
     return unit.model_copy(update={"anchors": SourceModel.stamp(ids, source)})
 
 
-async def gate_batch(llm: "BoundLLM", claims: list[tuple[str, list[str]]], source: Source, stage: str,
+async def gate_batch(llm: BoundLLM, claims: list[tuple[str, list[str]]], source: Source, stage: str,
                      batch_size: int = 8) -> list[bool]:
     """Batched check used at construction: many short claims per call, each with its cited ids.
 
@@ -206,7 +206,7 @@ class LostMeanings(BaseModel):
     lost: bounded_list(int, 32) = Field(default_factory=list, description="numbers of old meanings no longer represented")
 
 
-async def preservation_check(llm: "BoundLLM", old: list[Unit], new: list[Unit], stage: str) -> list[Unit] | None:
+async def preservation_check(llm: BoundLLM, old: list[Unit], new: list[Unit], stage: str) -> list[Unit] | None:
     """Old units whose meaning the new region no longer represents (None if the call failed)."""
     if not old:
         return []

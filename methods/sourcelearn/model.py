@@ -8,8 +8,9 @@ is *stale* and ignored at use time instead of being trusted blindly.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Annotated, Any, Iterable, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -213,7 +214,7 @@ class SourceModel(BaseModel):
         self.stage = stage
         self.history.append(StageRecord(stage=stage, n_units=len(self.units), stats=stats))
 
-    def copy_deep(self) -> "SourceModel":
+    def copy_deep(self) -> SourceModel:
         return SourceModel.model_validate(json.loads(self.model_dump_json()))
 
     # -- persistence ----------------------------------------------------------------------------
@@ -221,7 +222,7 @@ class SourceModel(BaseModel):
         atomic_write_text(Path(path), self.model_dump_json(indent=1) + "\n")
 
     @classmethod
-    def load(cls, path: Path) -> "SourceModel":
+    def load(cls, path: Path) -> SourceModel:
         data = read_json(Path(path))
         if not isinstance(data, dict) or data.get("format_version") != FORMAT_VERSION:
             raise DataError(f"{path}: not a SourceLearn source model of format version {FORMAT_VERSION}")

@@ -166,7 +166,7 @@ class FaultServer:
     def __enter__(self) -> FaultServer:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def _run(self) -> None:
