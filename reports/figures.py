@@ -159,8 +159,12 @@ def figure4_png(kinds: ReportTable, cond: ReportTable, cov: ReportTable, acc: Re
 
 # ------------------------------------------------------------------------------------ Figure 5
 
-def figure5_png(curve: ReportTable, gold: ReportTable, backend: str) -> bytes:
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
+def figure5_png(curve: ReportTable, gold: ReportTable | None, backend: str) -> bytes:
+    """Panel (a) k = 8 -> 0 and, when the config names gold-removal benchmarks, panel (b)."""
+    if gold is None:
+        fig, a = plt.subplots(1, 1, figsize=(5.5, 3.8))
+    else:
+        fig, (a, b) = plt.subplots(1, 2, figsize=(11, 3.8))
     ks = [int(c.split("=")[1]) for c in curve.columns]
     rows = [r for r in _rows_of(curve, backend) if any(value(x) is not None for x in r.cells)]
     if rows:
@@ -178,10 +182,11 @@ def figure5_png(curve: ReportTable, gold: ReportTable, backend: str) -> bytes:
         a.grid(alpha=0.3)
     else:
         _empty(a, "(a) fewer retrieved elements")
-    grows = _rows_of(gold, backend)
-    _bars(b, [f"{r.stub[1]}\n{r.stub[2]}" for r in grows],
-          [(gold.columns[j], [value(r.cells[j]) for r in grows]) for j in range(len(gold.columns))],
-          "(b) gold document removed", "accuracy (%)")
+    if gold is not None:
+        grows = _rows_of(gold, backend)
+        _bars(b, [f"{r.stub[1]}\n{r.stub[2]}" for r in grows],
+              [(gold.columns[j], [value(r.cells[j]) for r in grows]) for j in range(len(gold.columns))],
+              "(b) gold document removed", "accuracy (%)")
     fig.suptitle(f"Figure 5: robustness to incomplete retrieval ({backend})", fontsize=11)
     fig.tight_layout()
     return _png(fig)
@@ -199,8 +204,9 @@ def render_figures(built: dict[str, list[ReportTable]]) -> dict[str, bytes]:
         for b in dict.fromkeys(x for t in ts for x in _backends(t)):
             out[f"figure4_{_slug(b)}.png"] = figure4_png(*ts, b)
     if "figure5" in built:
-        curve, gold = built["figure5"]
-        for b in dict.fromkeys(_backends(curve) + _backends(gold)):
+        curve, *rest = built["figure5"]
+        gold = rest[0] if rest else None
+        for b in dict.fromkeys(_backends(curve) + (_backends(gold) if gold else [])):
             out[f"figure5_{_slug(b)}.png"] = figure5_png(curve, gold, b)
     return out
 

@@ -456,6 +456,29 @@ def test_render_only_rewrites_the_same_tables(toy_run, tmp_path):
     assert (rep / "index.html").read_text().count("<section id=") == sections == 13
 
 
+@pytest.mark.slow
+def test_figure5_without_gold_removal_benchmarks_has_no_panel_b(toy_run, tmp_path):
+    """``gold_removal: []`` (the small config) asks for no panel (b): no empty "not run" table or panel."""
+    text = toy_run["config"].read_text().replace("name: toy", "name: toy-nogold").replace(
+        "gold_removal: [townqa]", "gold_removal: []")
+    assert "gold_removal: []" in text and "name: toy-nogold" in text
+    cfg = tmp_path / "toy-nogold.yaml"
+    cfg.write_text(text)
+    assert _reproduce(cfg, "--render-only") == 0
+    rep = toy_run["root"] / "report" / "toy-nogold"
+    town = [ln for ln in (rep / "figure5a.csv").read_text().splitlines() if "/ TownQA /" in ln]
+    assert town and town == [ln for ln in (toy_run["root"] / "report" / "toy" / "figure5a.csv").read_text()
+                             .splitlines() if "/ TownQA /" in ln]  # panel (a) unchanged
+    assert not list(rep.glob("figure5b.*"))
+    page = (rep / "index.html").read_text()
+    assert "Figure 5b" not in page and page.count('<img alt="figure') == 3
+    from PIL import Image
+
+    with Image.open(rep / "figure5_Scripted.png") as one, \
+            Image.open(toy_run["root"] / "report" / "toy" / "figure5_Scripted.png") as two:
+        assert one.size[0] < two.size[0]  # one panel, half the width
+
+
 def test_unknown_only_is_a_usage_error(tmp_path, capsys):
     cfg = tmp_path / "toy.yaml"
     cfg.write_text(TOY_CONFIG.format(out=tmp_path / "out"))
