@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -397,7 +398,16 @@ def write_reports(cfg: ExperimentConfig, root: Path) -> dict[str, Path]:
     paths["report.md"] = out / "report.md"
     atomic_write_text(out / "index.html", render_report(cfg, res, built, figures, out))
     paths["index.html"] = out / "index.html"
+    # a table or figure this config no longer produces (a table disabled, Figure 5b without gold-removal
+    # benchmarks) must not stay beside the new ones looking current; other files are left alone
+    for p in out.iterdir():
+        if p.name not in paths and p.suffix in STALE_SUFFIXES and STALE_NAME.match(p.name):
+            p.unlink()
     return paths
+
+
+STALE_SUFFIXES = {".md", ".csv", ".tex", ".html", ".png"}
+STALE_NAME = re.compile(r"(table|figure)\d")
 
 
 # ----------------------------------------------------------------------------------------- CLI

@@ -464,8 +464,12 @@ def test_figure5_without_gold_removal_benchmarks_has_no_panel_b(toy_run, tmp_pat
     assert "gold_removal: []" in text and "name: toy-nogold" in text
     cfg = tmp_path / "toy-nogold.yaml"
     cfg.write_text(text)
-    assert _reproduce(cfg, "--render-only") == 0
     rep = toy_run["root"] / "report" / "toy-nogold"
+    rep.mkdir(parents=True)
+    (rep / "figure5b.csv").write_text("left by an earlier render\n")
+    (rep / "notes.txt").write_text("a user's file\n")
+    assert _reproduce(cfg, "--render-only") == 0
+    assert (rep / "notes.txt").is_file()  # only tables and figures the report no longer makes are removed
     town = [ln for ln in (rep / "figure5a.csv").read_text().splitlines() if "/ TownQA /" in ln]
     assert town and town == [ln for ln in (toy_run["root"] / "report" / "toy" / "figure5a.csv").read_text()
                              .splitlines() if "/ TownQA /" in ln]  # panel (a) unchanged
