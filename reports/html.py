@@ -115,13 +115,20 @@ def _log_links(res: Results, report_dir: Path) -> str:
     for b in res.cfg.backends:
         for bn in res.cfg.benchmarks:
             logs = res.folder(b.id, bn.id) / "logs"
+            data = res.data(b.id, bn.id)
+            # the method version each cell's current rows come from: a log of an older version belongs to
+            # rows the runner set aside (results.stale.jsonl), so it is marked rather than listed as current
+            current = {r["method"]: str(r.get("method_version", "")) for r in (data.results if data else [])}
             for p in sorted(logs.glob("*.eval")) if logs.is_dir() else []:
                 try:
                     h = read_eval_log(str(p), header_only=True)
                     meta = h.eval.metadata or {}
                     method = (meta.get("method") or {}).get("name", "?")
+                    version = str((meta.get("method") or {}).get("version", ""))
                     src, seed = str(meta.get("source", "?")), str(meta.get("seed", "?"))
                     status = str(h.status)
+                    if version and current.get(method, version) != version:
+                        status += f"; superseded (version {version}, rows now of version {current[method]})"
                     n = str(h.results.total_samples if h.results else 0)
                 except Exception as e:  # noqa: BLE001 - an unreadable log is listed, not fatal
                     method, src, seed, status, n = "?", "?", "?", f"unreadable ({type(e).__name__})", "0"

@@ -613,10 +613,15 @@ ul.caption{color:#333;font-size:.9rem}
 """
 
 
+WRAP_CHARS = 80
+
+
 def _html_table(t: Table) -> str:
     esc = html.escape
     head = "".join(f"<th>{esc(h)}</th>" for h in t.header)
-    cell = lambda i, c: f'<td class="num">{esc(c)}</td>' if i else f"<td>{esc(c)}</td>"
+    # value columns are right-aligned and kept on one line; long text (a method's deviations) wraps instead
+    # of widening the page
+    cell = lambda i, c: f'<td class="num">{esc(c)}</td>' if i and len(c) <= WRAP_CHARS else f"<td>{esc(c)}</td>"
     body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in t.rows)
     note = f'<p class="note">{esc(t.note)}</p>' if t.note else ""
     return (
