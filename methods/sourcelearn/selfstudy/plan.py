@@ -129,22 +129,20 @@ def plan_messages(sm: SourceModel, notes: list[Note], taken: list[Action], n: in
 
 
 def validate_actions(proposed: list[ProposedAction], sm: SourceModel, taken: set, n: int,
-                     n_notes: int) -> list[Action]:
-    """Keep well-formed, new actions (at most ``n``): known keys, right arity, one question, no repeat."""
+                     n_notes: int, refused: list[str] | None = None) -> list[Action]:
+    """Keep well-formed, new actions (at most ``n``): known keys, right arity, one question, no repeat.
+    ``refused`` (if given) collects the renderings of the proposals dropped."""
     out: list[Action] = []
     seen = set(taken)
     for p in proposed:
         keys = [resolve_entity(sm, k) for k in p.entities]
-        if any(k is None for k in keys):
-            continue
         want = 1 if p.kind == "DEEPEN" else 2
-        if len(keys) != want or len(set(keys)) != want:
-            continue
         question = " ".join(p.question.split())
-        if not question:
-            continue
         act = Action(p.kind, tuple(keys), question, p.observation if 1 <= p.observation <= n_notes else 0)  # type: ignore[arg-type]
-        if act.key in seen:
+        if any(k is None for k in keys) or len(set(keys)) != want or len(keys) != want or not question \
+                or act.key in seen:
+            if refused is not None:
+                refused.append(f"{p.kind}({', '.join(p.entities)})")
             continue
         seen.add(act.key)
         out.append(act)
@@ -170,9 +168,6 @@ async def plan_round(llm: BoundLLM, sm: SourceModel, notes: list[Note], taken: l
                                choices={"entities": shown})
     if res.failed or res.value is None:
         return PlanRound([], [])
-    proposed = res.value.actions  # type: ignore[union-attr]
-    actions = validate_actions(proposed, sm, {a.key for a in taken}, n, len(notes))
-    kept = {a.key for a in actions}
-    refused = [f"{p.kind}({', '.join(p.entities)})" for p in proposed
-               if (p.kind, tuple(sorted(resolve_entity(sm, k) or k for k in p.entities))) not in kept]
+    refused: list[str] = []
+    actions = validate_actions(res.value.actions, sm, {a.key for a in taken}, n, len(notes), refused)  # type: ignore[union-attr]
     return PlanRound(actions, list(dict.fromkeys(refused)))

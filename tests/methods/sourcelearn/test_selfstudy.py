@@ -290,9 +290,12 @@ def test_validate_actions_checks_keys_arity_and_repeats():
            ProposedAction(kind="DEEPEN", entities=["Carol", "Dave"], observation=1, question="Arity?"),
            ProposedAction(kind="CONNECT", entities=["Oslo", "Lyon"], observation=9, question=" Ports? "),
            ProposedAction(kind="DEEPEN", entities=["Dave"], observation=1, question="Over n")]
-    acts = validate_actions(raw, sm, taken, n=2, n_notes=3)
+    refused: list[str] = []
+    acts = validate_actions(raw, sm, taken, n=2, n_notes=3, refused=refused)
     assert [(a.kind, a.entities, a.question, a.observation) for a in acts] == [
         ("DEEPEN", ("Alice",), "When does Alice fly?", 1), ("CONNECT", ("Oslo", "Lyon"), "Ports?", 0)]
+    assert refused == ["DEEPEN(Alice)", "CONNECT(Bob, Alice)", "CONNECT(Bob, Bob)", "DEEPEN(Nobody)",
+                       "DEEPEN(Carol, Dave)"]
 
 
 def observe_all(prompt: str, _) -> dict:
