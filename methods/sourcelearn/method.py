@@ -69,6 +69,9 @@ DEVIATIONS = [
     "Small context windows: the activation budget is min(B, window - evidence - reply - prompt reserve), in the "
     "solver's own tokens when its provider counts them exactly (local models), else chars / 4.",
     "If the router call fails, regions are ordered by word overlap between the question and routing cards.",
+    ("Self-study planning: after a round whose proposals were all refused (repeats, unknown keys), the next round "
+     "is told which were refused and lists already-studied entities last; with greedy decoding the unchanged "
+     "prompt would repeat the refused reply and end the cycle early."),
     "Construction grounding and the abstraction gate use the backend model itself (as the official code does).",
     "Free-text fields of structured replies carry a length bound in their schema (statements 300 characters, names, conditions and questions 120) that a constrained decoder enforces, so a small model cannot loop inside one string until max_tokens; the paper sets none, and a longer reply from an API model still validates.",
 ]
