@@ -366,6 +366,10 @@ class _NotRunnable(Exception):
 
 # ------------------------------------------------------------------------------------- outputs
 
+STALE_SUFFIXES = {".md", ".csv", ".tex", ".html", ".png"}  # report outputs a re-render may remove
+STALE_NAME = re.compile(r"(table|figure)\d")
+
+
 def write_reports(cfg: ExperimentConfig, root: Path) -> dict[str, Path]:
     """Every table as .md/.csv/.tex/.html, figures as PNG, report.md and the self-contained index.html."""
     from .figures import render_figures
@@ -404,10 +408,6 @@ def write_reports(cfg: ExperimentConfig, root: Path) -> dict[str, Path]:
         if p.name not in paths and p.suffix in STALE_SUFFIXES and STALE_NAME.match(p.name):
             p.unlink()
     return paths
-
-
-STALE_SUFFIXES = {".md", ".csv", ".tex", ".html", ".png"}
-STALE_NAME = re.compile(r"(table|figure)\d")
 
 
 # ----------------------------------------------------------------------------------------- CLI

@@ -84,7 +84,7 @@ async def study_rounds(llm: BoundLLM, index: HybridIndex, sm: SourceModel, sourc
     while len(taken) < cfg.study_actions and empty < cfg.empty_rounds_stop and notes:
         n = min(cfg.actions_per_round, cfg.study_actions - len(taken))
         stats.rounds += 1
-        planned = await plan_round(llm, sm, notes, taken, n, stage="ms_plan", rejected=refused)
+        planned = await plan_round(llm, sm, notes, taken, n, stage="ms_plan", refused=refused)
         actions = planned.actions
         if not actions:
             empty += 1

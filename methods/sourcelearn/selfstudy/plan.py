@@ -6,7 +6,7 @@ enforces what the prompt asks: entity keys must exist in the model, DEEPEN names
 CONNECT two different ones, and an action (kind + entities) is never taken twice in a cycle. The
 schema sent lists the entity keys shown as the only values an entity may take.
 
-A round whose proposals were all rejected is followed by one that shows them as rejected, and
+A round whose proposals were all refused is followed by one that shows them as refused, and
 entities already studied are listed after the others: with greedy decoding an unchanged prompt
 repeats its reply (from the cache, even), so without this the retry the stop rule allows could
 never propose anything new (SmolLM2 proposed the same DEEPEN again and stopped after 1 of K = 5).
@@ -103,9 +103,9 @@ PLAN_SYSTEM = (
 
 
 def plan_messages(sm: SourceModel, notes: list[Note], taken: list[Action], n: int,
-                  budget: int, rejected: list[str] | None = None) -> tuple[list[dict[str, str]], list[str]]:
+                  budget: int, refused: list[str] | None = None) -> tuple[list[dict[str, str]], list[str]]:
     """The planner's prompt and the entity keys it lists (as many as fit): noted entities not yet
-    studied, other entities not yet studied, then the studied ones. ``rejected``: the renderings of
+    studied, other entities not yet studied, then the studied ones. ``refused``: the renderings of
     the previous round's proposals, all refused (repeats or unusable keys)."""
     mentioned = list(dict.fromkeys(k for note in notes for k in note.entities))
     ents = {e.key: e for e in sm.entities}
@@ -120,9 +120,9 @@ def plan_messages(sm: SourceModel, notes: list[Note], taken: list[Action], n: in
     parts = ["Entities (key, name, region):\n" + "\n".join(ent_lines),
              "Observations:\n" + "\n".join(obs),
              "Actions already taken:\n" + ("\n".join(history) or "(none)")]
-    if rejected:
+    if refused:
         parts.append("Your previous proposals were refused (already taken, or not usable): "
-                     + "; ".join(rejected) + ". Propose different entities or pairs.")
+                     + "; ".join(refused) + ". Propose different entities or pairs.")
     parts.append(f"Choose up to {n} new actions. Reply in JSON.")
     return [{"role": "system", "content": PLAN_SYSTEM.format(n=n)},
             {"role": "user", "content": "\n\n".join(parts)}], shown
@@ -139,7 +139,7 @@ def validate_actions(proposed: list[ProposedAction], sm: SourceModel, taken: set
         want = 1 if p.kind == "DEEPEN" else 2
         question = " ".join(p.question.split())
         act = Action(p.kind, tuple(keys), question, p.observation if 1 <= p.observation <= n_notes else 0)  # type: ignore[arg-type]
-        if any(k is None for k in keys) or len(set(keys)) != want or len(keys) != want or not question \
+        if any(k is None for k in keys) or len(keys) != want or len(set(keys)) != want or not question \
                 or act.key in seen:
             if refused is not None:
                 refused.append(f"{p.kind}({', '.join(p.entities)})")
@@ -158,16 +158,16 @@ class PlanRound:
 
 
 async def plan_round(llm: BoundLLM, sm: SourceModel, notes: list[Note], taken: list[Action], n: int,
-                     stage: str, rejected: list[str] | None = None) -> PlanRound:
+                     stage: str, refused: list[str] | None = None) -> PlanRound:
     """One planning round: up to ``n`` new actions (none if none survive, or if the call failed)."""
     budget = material_chars(llm, PLAN_MAX_TOKENS)
-    messages, shown = plan_messages(sm, notes, taken, n, budget, rejected)
+    messages, shown = plan_messages(sm, notes, taken, n, budget, refused)
     # entity keys limited to those listed: a constrained decoder cannot invent one (SmolLM2 wrote
     # numbers such as "1.203985674" for every key without it, so no action survived validation)
     res = await llm.structured(messages, study_plan(n), stage=stage, max_tokens=PLAN_MAX_TOKENS,
                                choices={"entities": shown})
     if res.failed or res.value is None:
         return PlanRound([], [])
-    refused: list[str] = []
-    actions = validate_actions(res.value.actions, sm, {a.key for a in taken}, n, len(notes), refused)  # type: ignore[union-attr]
-    return PlanRound(actions, list(dict.fromkeys(refused)))
+    dropped: list[str] = []
+    actions = validate_actions(res.value.actions, sm, {a.key for a in taken}, n, len(notes), dropped)  # type: ignore[union-attr]
+    return PlanRound(actions, list(dict.fromkeys(dropped)))
