@@ -6,7 +6,9 @@ import argparse
 import json
 import math
 import os
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -422,6 +424,16 @@ def cmd_reproduce(a: argparse.Namespace) -> int:
     return reproduce(a)
 
 
+def stop_on_sigterm_as_on_ctrl_c() -> None:
+    """Make ``kill`` (SIGTERM) stop a command the way Ctrl-C does. By default SIGTERM ends the
+    process on the spot: the call counts of a build in progress and its half-built artifact folder
+    are left behind. As a KeyboardInterrupt, the runner's cleanup runs (counts written, partial
+    folders removed) and the same command resumes. Background jobs (``nohup ... &``) ignore
+    Ctrl-C, so SIGTERM is how they are stopped."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     a = parser.parse_args(argv)
@@ -429,6 +441,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     os.environ.setdefault("INSPECT_LOG_LEVEL", "warning")
+    stop_on_sigterm_as_on_ctrl_c()
     try:
         return {"run": cmd_run, "report": cmd_report, "list": cmd_list, "data": cmd_data, "judge": cmd_judge,
                 "audit": cmd_audit, "cache": cmd_cache, "protocol": cmd_protocol, "reproduce": cmd_reproduce,

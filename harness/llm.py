@@ -153,24 +153,28 @@ class CallCache:
 
 
 class UsageLedger:
-    """Counts calls and tokens by (method, phase, stage, status). status: live | cached | failed."""
+    """Counts calls and tokens by (method, phase, stage, status). status: live | cached | failed.
+
+    ``snapshot`` is everything counted so far (a method diffs two snapshots to cost a stage);
+    ``drain`` hands over only what was counted since the last drain, so the runner can write the
+    counts to usage.jsonl while a build is still running without writing any call twice."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.rows: dict[tuple[str, str, str, str], dict[str, float]] = defaultdict(
-            lambda: {"calls": 0, "input_tokens": 0, "output_tokens": 0, "seconds": 0.0}
-        )
+        self.rows: dict[tuple[str, str, str, str], dict[str, float]] = defaultdict(_zero_counts)
+        self._undrained: dict[tuple[str, str, str, str], dict[str, float]] = defaultdict(_zero_counts)
         self.failures: list[dict[str, str]] = []
         # called after every counted call with (stage, status): the runner's progress display
         self.on_call: Callable[[str, str], None] | None = None
 
     def add(self, method: str, phase: str, stage: str, status: str, inp: int, out: int, secs: float) -> None:
         with self._lock:
-            r = self.rows[(method, phase, stage, status)]
-            r["calls"] += 1
-            r["input_tokens"] += inp
-            r["output_tokens"] += out
-            r["seconds"] += secs
+            for table in (self.rows, self._undrained):
+                r = table[(method, phase, stage, status)]
+                r["calls"] += 1
+                r["input_tokens"] += inp
+                r["output_tokens"] += out
+                r["seconds"] += secs
         if self.on_call is not None:
             self.on_call(stage, status)
 
@@ -183,23 +187,28 @@ class UsageLedger:
             self.failures.append({"method": method, "phase": phase, "stage": stage, "error": error[:300]})
 
     def live_calls(self) -> int:
-        return int(sum(v["calls"] for (_, _, _, s), v in self.rows.items() if s == "live"))
+        return self.calls("live")
+
+    @staticmethod
+    def _listed(table: dict[tuple[str, str, str, str], dict[str, float]]) -> list[dict[str, Any]]:
+        return [{"method": m, "phase": p, "stage": st, "status": s, **v} for (m, p, st, s), v in sorted(table.items())]
 
     def snapshot(self) -> list[dict[str, Any]]:
         with self._lock:
-            return [
-                {"method": m, "phase": p, "stage": st, "status": s, **v}
-                for (m, p, st, s), v in sorted(self.rows.items())
-            ]
+            return self._listed(self.rows)
 
     def drain(self) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
-        """Return and reset the counters (the runner flushes them to usage.jsonl per step)."""
+        """Return and reset the counts (and failures) added since the last drain."""
         with self._lock:
-            rows = [{"method": m, "phase": p, "stage": st, "status": s, **v} for (m, p, st, s), v in sorted(self.rows.items())]
+            rows = self._listed(self._undrained)
             fails = list(self.failures)
-            self.rows.clear()
+            self._undrained.clear()
             self.failures.clear()
         return rows, fails
+
+
+def _zero_counts() -> dict[str, float]:
+    return {"calls": 0, "input_tokens": 0, "output_tokens": 0, "seconds": 0.0}
 
 
 def _norm_messages(messages: str | list[Message]) -> list[Message]:

@@ -169,6 +169,9 @@ def limit_tasks(tasks: list[Task], limit: int | None, seed: int) -> list[Task]:
 
 class Runner:
     LEARN_LOG_INTERVAL_S = 30.0  # least time between two call-count lines of a learning cell in a log file
+    # least time between two writes of a learning cell's call counts to usage.jsonl: a build can take
+    # hours, and a killed process must not take the cost of the calls it made with it
+    LEARN_USAGE_FLUSH_S = 30.0
 
     def __init__(self, cfg: RunConfig, console: Any = None):
         self.cfg = cfg
@@ -459,14 +462,16 @@ class Runner:
                    embedder=self.embedder, store=self.store, seed=split.seed, split=split, judge=judge,
                    **{"progress": lambda msg: None, **kw})
 
-    def _learn_reporter(self, label: str, ledger: UsageLedger, describe: Callable[[str], None]) -> Callable[[str], None]:
+    def _learn_reporter(self, label: str, ledger: UsageLedger, describe: Callable[[str], None],
+                        flush: Callable[[], None] = lambda: None) -> Callable[[str], None]:
         """What a learning cell shows while it builds (hours, with a local model): the method's own
         progress messages and its model calls so far. A terminal gets them in the live progress bar;
         a log file (no terminal) gets a timestamped line per message and, at most every
-        ``LEARN_LOG_INTERVAL_S``, one with the count of live calls (at every tenth)."""
+        ``LEARN_LOG_INTERVAL_S``, one with the count of live calls (at every tenth). ``flush`` writes
+        the counts so far to usage.jsonl, at most every ``LEARN_USAGE_FLUSH_S``."""
         console = self.console
         lines = console is not None and not console.is_terminal
-        state: dict[str, Any] = {"msg": "", "stage": "", "logged": time.monotonic()}
+        state: dict[str, Any] = {"msg": "", "stage": "", "logged": time.monotonic(), "flushed": time.monotonic()}
 
         def show() -> None:
             live, cached = ledger.calls("live"), ledger.calls("cached")
@@ -481,6 +486,9 @@ class Runner:
         def on_call(stage: str, status: str) -> None:
             state["stage"] = stage
             show()
+            if time.monotonic() - state["flushed"] >= self.LEARN_USAGE_FLUSH_S:
+                state["flushed"] = time.monotonic()
+                flush()
             if status == "live" and ledger.calls("live") % 10 == 0 \
                     and time.monotonic() - state["logged"] >= self.LEARN_LOG_INTERVAL_S:
                 state["logged"] = time.monotonic()
@@ -507,7 +515,9 @@ class Runner:
                 inputs = self._artifact_inputs(method, source, split, guidance)
                 label = f"{method.name} on {source.id} (seed {split.seed})"
                 progress.update(bar, description=label)
-                report = self._learn_reporter(label, ledger, lambda text: progress.update(bar, description=text))
+                keys = (source.id, split.seed if method.uses_guidance else None)
+                report = self._learn_reporter(label, ledger, lambda text: progress.update(bar, description=text),
+                                              lambda ledger=ledger, keys=keys: self._flush_usage(ledger, *keys))
 
                 async def build(folder: Path, method=method, source=source, split=split, guidance=guidance,
                                 ledger=ledger, report=report) -> dict[str, Any]:
@@ -520,7 +530,7 @@ class Runner:
                 try:
                     folder = await self.store.get_or_build(f"method/{method.name}", inputs, build)
                 finally:
-                    self._flush_usage(ledger, source.id, split.seed if method.uses_guidance else None)
+                    self._flush_usage(ledger, *keys)
                 cells.append(Cell(method, source, split, tests, folder, UsageLedger()))
                 progress.advance(bar)
         return cells

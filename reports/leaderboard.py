@@ -418,7 +418,9 @@ def _cost_table(b: dict) -> Table:
         f"{b['benchmark']}: cost",
         header,
         rows,
-        "Logical calls = live + cached (live in parentheses); tokens = input + output.",
+        "Logical calls = live + cached (live in parentheses); tokens = input + output. A build that was "
+        "interrupted and then resumed replays its earlier calls from the cache: they count once as live and "
+        "again as cached.",
     )
 
 

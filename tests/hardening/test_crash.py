@@ -11,8 +11,10 @@ What is guaranteed, and asserted here:
   their number is bounded by the concurrency (measured with the fault server, which sees every
   request);
 * ``usage.jsonl`` never counts more live calls than the uninterrupted run: counters are flushed
-  per scored task, so the calls of a task cut off by the kill are counted once, by the resumed
-  run, or (if they were already cached) as cache hits.
+  per scored task (and during a build, every ``Runner.LEARN_USAGE_FLUSH_S``), so the calls of a
+  task cut off by the kill are counted once, by the resumed run, or (if they were already cached)
+  as cache hits;
+* SIGTERM stops a run as Ctrl-C does: the counts are written and partial artifacts removed.
 """
 
 from __future__ import annotations
@@ -121,6 +123,25 @@ def test_kill_while_learning_then_resume(tmp_path, reference):
     assert not list((out / "artifacts").glob("method_awm/*/artifact.json"))  # killed before freezing
     info = check_resume(out, reference, SLOW)
     assert info["kept_rows"] == 0 and len(info["cached_at_kill"]) >= 3
+
+
+def test_sigterm_while_learning_counts_the_calls_and_removes_the_partial_build(tmp_path, reference):
+    """``kill`` (SIGTERM) stops a run as Ctrl-C does: the learning calls made so far are counted in
+    usage.jsonl (a SIGKILL would lose them), no half-built artifact folder is left, and the same
+    command resumes to the uninterrupted result."""
+    out, log = tmp_path / "run", tmp_path / "run.log"
+    p = start(args(out), env={"SOURCEBENCH_SCRIPTED_DELAY": "0.5"}, log=log)
+    deadline = time.time() + 300
+    while p.poll() is None and not (n_cached(out) >= 3 and n_lines(out / "results.jsonl") == 0):
+        assert time.time() < deadline
+        time.sleep(0.02)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(timeout=120) == 130, log.read_text()[-2000:]
+    assert "interrupted; run the same command again to resume" in log.read_text()
+    assert not list((out / "artifacts").glob("method_awm/*")) and not list((out / "artifacts").glob("method_awm/.*"))
+    counted, completed = live_calls(out), len(cache_keys(out))
+    assert 3 <= counted <= completed
+    check_resume(out, reference, SLOW)
 
 
 @pytest.mark.parametrize("after_rows", KILL_AFTER_ROWS)

@@ -45,3 +45,34 @@ def test_cells_of_a_local_model_are_tested_one_after_another(tmp_path):
     assert runner("local/smollm2")._max_cells(6) == 1
     assert runner("scripted/extractive")._max_cells(6) == 4
     assert runner("scripted/extractive")._max_cells(2) == 2
+
+
+def _learn_totals(path) -> tuple[dict, int]:
+    from harness.io import read_jsonl
+
+    totals: dict = {}
+    rows = [r for r in read_jsonl(path) if r["phase"] == "learn"]
+    for r in rows:
+        key = (r["method"], r["stage"], r["status"])
+        totals[key] = totals.get(key, 0) + r["calls"]
+    return totals, len(rows)
+
+
+def test_learning_cost_reaches_usage_jsonl_while_the_build_runs(tmp_path, monkeypatch):
+    """A build killed after an hour must not take the cost of its calls with it: the counts are
+    written during the build, and written in parts they add up to the same totals."""
+    need_data("phantomwiki")
+
+    def run(name: str, flush_s: float) -> tuple[dict, int]:
+        monkeypatch.setattr(Runner, "LEARN_USAGE_FLUSH_S", flush_s)
+        cfg = RunConfig(benchmark="phantomwiki", methods=["hipporag2"], model="scripted/extractive",
+                        out=tmp_path / name, seeds=[0], limit=2, embedder="hash", data_dir=SHARED_DATA,
+                        write_report=False)
+        Runner(cfg).run()
+        return _learn_totals(tmp_path / name / "usage.jsonl")
+
+    at_end, rows_at_end = run("at_end", float("inf"))
+    often, rows_often = run("often", 0.0)
+    assert at_end and sum(at_end.values()) > 1
+    assert often == at_end  # no call counted twice or lost
+    assert rows_often > rows_at_end  # written in parts while learning

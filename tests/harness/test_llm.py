@@ -84,3 +84,18 @@ def test_cache_key_depends_on_settings(tmp_path):
     assert k1 != llm.cache_key([{"role": "user", "content": "a"}], 11, 0.0, None)
     assert k1 != llm.cache_key([{"role": "user", "content": "a"}], 10, 0.5, None)
     assert k1 != make(tmp_path, "scripted/other").cache_key([{"role": "user", "content": "a"}], 10, 0.0, None)
+
+
+def test_ledger_drain_hands_over_each_count_once_and_snapshot_keeps_all():
+    led = UsageLedger()
+    led.add("m", "learn", "a", "live", 10, 2, 1.0)
+    first, _ = led.drain()
+    led.add("m", "learn", "a", "live", 5, 1, 1.0)
+    led.add("m", "learn", "b", "cached", 3, 1, 0.0)
+    second, _ = led.drain()
+    assert [(r["stage"], r["calls"], r["input_tokens"]) for r in first] == [("a", 1, 10)]
+    assert [(r["stage"], r["calls"], r["input_tokens"]) for r in second] == [("a", 1, 5), ("b", 1, 3)]
+    assert led.drain() == ([], [])
+    # a method diffs snapshots to cost its stages, whatever the runner drained meanwhile
+    assert {(r["stage"], r["calls"]) for r in led.snapshot()} == {("a", 2), ("b", 1)}
+    assert led.calls("live") == 2 and led.live_calls() == 2
