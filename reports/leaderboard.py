@@ -185,6 +185,19 @@ def _sum(v: Any) -> int:
     return int(v or 0)
 
 
+def _with_failures(cost: dict[str, dict[str, Any]], fails: list[dict[str, Any]], by: str = "phase"
+                   ) -> dict[str, dict[str, Any]]:
+    """Failed calls per phase or stage counted from failures.jsonl: besides the calls that got no
+    reply (usage status "failed"), it holds the replies that stayed invalid after the structured-output
+    retry, which the method could not use either. The Failures table lists the same entries."""
+    counts = Counter(str(f.get(by) or "other") for f in fails)
+    for key, n in counts.items():
+        c = cost.setdefault(key, {**dict.fromkeys(("calls", "calls_live", "tokens", "tokens_live"), 0),
+                                  "failed": 0, "seconds": 0.0})
+        c["failed"] = max(c["failed"], n)  # never fewer than the calls usage.jsonl counted as failed
+    return cost
+
+
 def _cost(usage: list[dict[str, Any]], by: str = "phase") -> dict[str, dict[str, Any]]:
     """``by`` value (phase or stage) -> {calls, calls_live, tokens, tokens_live, failed, seconds};
     logical = live + cached; seconds = model time of the live calls, summed over calls."""
@@ -256,8 +269,10 @@ def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot
                 "status": "ok" if rows else UNAVAILABLE if unavailable else NOT_RUN,
             }
             usage = [u for u in data.usage if u.get("benchmark") == bench and u.get("method") == method]
-            e["cost"] = _cost(usage)
-            e["stages"] = _cost([u for u in usage if u.get("phase") == "learn"], by="stage")
+            fails = [f for f in data.failures if f.get("benchmark") == bench and f.get("method") == method]
+            e["cost"] = _with_failures(_cost(usage), fails)
+            e["stages"] = _with_failures(_cost([u for u in usage if u.get("phase") == "learn"], by="stage"),
+                                         [f for f in fails if f.get("phase") == "learn"], by="stage")
             e["failed_calls"] = sum(c["failed"] for c in e["cost"].values())
             if rows:
                 e.update(_method_numbers(rows, base_rows, method == baseline, seed, n_boot))
@@ -420,7 +435,8 @@ def _cost_table(b: dict) -> Table:
         rows,
         "Logical calls = live + cached (live in parentheses); tokens = input + output. A build that was "
         "interrupted and then resumed replays its earlier calls from the cache: they count once as live and "
-        "again as cached.",
+        "again as cached. Failed calls: calls that left the method without a usable reply (an error, a prompt "
+        "over the context window, a reply still invalid after the structured-output retry), as under Failures.",
     )
 
 

@@ -236,3 +236,18 @@ def test_report_out_dir_and_other_baseline(tmp_path):
     assert "| hybrid_rag | 66.7 [" in md and "| +37.5 | 0.125 |" in md
     again = write_report(run, out_dir=tmp_path / "again", baseline="no_source", n_boot=100)
     assert again["csv"].read_text() == paths["csv"].read_text()  # seeded: identical numbers
+
+
+def test_failed_calls_count_replies_that_stayed_invalid(tmp_path):
+    """A reply still invalid after the structured-output retry is a failed call too (live in usage,
+    useless to the method): the cost tables count it, as the Failures table lists it."""
+    run = make_run(tmp_path)
+    with (run / "failures.jsonl").open("a") as f:
+        f.write(json.dumps({"benchmark": "phantomwiki", "source": "s1", "method": "hybrid_rag", "seed": 0,
+                            "phase": "learn", "stage": "x",
+                            "error": "invalid structured output after retry: ValidationError: EOF"}) + "\n")
+    paths = write_report(run, n_boot=100)
+    assert "| hybrid_rag | x | 5 (3 live) | 180 (120 live) | 1 | 1 |" in paths["md"].read_text()  # learning stage
+    with paths["csv"].open() as f:
+        hy = next(r for r in csv.DictReader(f) if r["benchmark"] == "phantomwiki" and r["method"] == "hybrid_rag")
+    assert (hy["learn_failed"], hy["answer_failed"], hy["failed_calls"]) == ("1", "1", "2")
