@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import random
 import re
-from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -303,6 +303,40 @@ def select_units(units: Sequence[Unit], query: str, budget_tokens: int) -> tuple
     return [u for i, u in enumerate(units) if i in keep], True
 
 
+JUDGE_TEMPLATE_TOKENS = 64  # the chat template around the counted prompt text
+
+
+def _prompt_text(msgs: Sequence[dict[str, str]]) -> str:
+    return "\n".join(m["content"] for m in msgs)
+
+
+async def fit_units(llm: BoundLLM, units: Sequence[Unit], query: str, budget_tokens: int,
+                    prompt: Callable[[list[Unit]], list[dict[str, str]]], reply_tokens: int) -> tuple[list[Unit], bool]:
+    """``select_units``, then, when the judge counts its own tokens (local models), fewer units until
+    the whole prompt fits the judge's context window with room for the reply.
+
+    The budget is in chars / 4, which undercounts a small model's tokens of code about twofold: on
+    SWE-QA flask, SmolLM2 preservation prompts budgeted at 6,192 came to 11,900 tokens and failed.
+    Returns the units and whether any were left out."""
+    kept, cut = select_units(units, query, budget_tokens)
+    window = llm.spec.effective_context_window()
+    if not window or not kept:
+        return kept, cut
+    room = window - reply_tokens - JUDGE_TEMPLATE_TOKENS
+    fixed: int | None = None
+    for _ in range(4):  # the token ratio of a subset can differ from the whole's: recount after each cut
+        n = await llm.count_tokens(_prompt_text(prompt(kept)))
+        if n is None or n <= room or not kept:
+            break
+        if fixed is None:
+            fixed = await llm.count_tokens(_prompt_text(prompt([]))) or 0
+        est = sum(estimate_tokens(u.render()) + 1 for u in kept)
+        ratio = max(n - fixed, 1) / max(est, 1)  # real tokens per budget token of these units
+        budget_tokens = min(budget_tokens, est - 1, int((room - fixed) / ratio) - 16)
+        kept, cut = select_units(units, query, max(0, budget_tokens))[0], True
+    return kept, cut
+
+
 class JudgedItem(BaseModel):
     """One unit judged by the grounding or preservation audit."""
 
@@ -429,6 +463,11 @@ def related_units(later: SourceModel, earlier: SourceModel, d: Dropped, budget_t
     return units
 
 
+def related_pool(later: SourceModel, earlier: SourceModel, d: Dropped) -> list[Unit]:
+    """``related_units`` before the budget cut (everything that may be shown)."""
+    return related_units(later, earlier, d, budget_tokens=10**12)
+
+
 class PreservationJudgement(BaseModel):
     label: PreserveLabel
     reason: str = Field(default="", description="one short sentence")
@@ -437,19 +476,34 @@ class PreservationJudgement(BaseModel):
 PRESERVATION_SYSTEM = "You check whether knowledge removed from a learned model of a source survived a rewrite."
 
 
-async def judge_preservation(llm: BoundLLM, d: Dropped, context: Sequence[Unit], step: str, source_id: str,
-                             seed: int | None = None) -> JudgedItem:
-    base = {"audit": "preservation", "source": source_id, "stage": step, "seed": seed, "unit_id": d.unit.id,
-            "unit": d.unit.render(), "role": d.unit.role, "element_ids": d.unit.element_ids(),
-            "absorbed_by": d.absorbed_by}
+JUDGE_REPLY_TOKENS = 200
+
+
+def preservation_messages(d: Dropped, context: Sequence[Unit]) -> list[dict[str, str]]:
     block = "\n".join(f"- {u.render()}" for u in context) or "(no units)"
-    msgs = [{"role": "system", "content": PRESERVATION_SYSTEM},
+    return [{"role": "system", "content": PRESERVATION_SYSTEM},
             {"role": "user", "content": f"Removed unit:\n{d.unit.render()}\n\nUnits of the new model on the same "
              f"subject:\n{block}\n\nLabel the removed unit with one of:\n- preserved: the new units still convey its "
              "meaning, reworded, merged into another unit, or condensed into a broader rule that keeps its "
              "conditions and exceptions;\n- lost: the new units no longer convey it;\n- contradicted: the new units "
              "state something incompatible with it.\nReply in JSON."}]
-    res = await llm.structured(msgs, PreservationJudgement, stage="audit_preservation", max_tokens=200)
+
+
+async def judge_dropped(llm: BoundLLM, d: Dropped, later: SourceModel, earlier: SourceModel, step: str,
+                        source_id: str, seed: int | None, budget_tokens: int = CONTEXT_TOKENS) -> JudgedItem:
+    """Judge one dropped unit against the later model's related units, cut to fit the judge."""
+    context, _ = await fit_units(llm, related_pool(later, earlier, d), d.unit.render(), budget_tokens,
+                                 lambda us: preservation_messages(d, us), JUDGE_REPLY_TOKENS)
+    return await judge_preservation(llm, d, context, step, source_id, seed)
+
+
+async def judge_preservation(llm: BoundLLM, d: Dropped, context: Sequence[Unit], step: str, source_id: str,
+                             seed: int | None = None) -> JudgedItem:
+    base = {"audit": "preservation", "source": source_id, "stage": step, "seed": seed, "unit_id": d.unit.id,
+            "unit": d.unit.render(), "role": d.unit.role, "element_ids": d.unit.element_ids(),
+            "absorbed_by": d.absorbed_by}
+    msgs = preservation_messages(d, context)
+    res = await llm.structured(msgs, PreservationJudgement, stage="audit_preservation", max_tokens=JUDGE_REPLY_TOKENS)
     if res.failed or res.value is None:
         return JudgedItem(**base, label=FAILED, reason=res.error[:200])
     v: PreservationJudgement = res.value  # type: ignore[assignment]
@@ -481,8 +535,8 @@ async def preservation_audit(llm: BoundLLM, source_id: str, models: Mapping[str,
             pool += [(d, lsm, esm) for d in dropped_units(esm.model, lsm.model)]
         picked = sample_items(pool, sample, seed, f"preservation|{source_id}|{step}",
                               key=lambda x: (x[0].unit.id, -1 if x[1].seed is None else x[1].seed))
-        jobs += [judge_preservation(llm, d, related_units(later.model, earlier.model, d, budget_tokens), step,
-                                    source_id, later.seed) for d, later, earlier in picked]
+        jobs += [judge_dropped(llm, d, later.model, earlier.model, step, source_id, later.seed, budget_tokens)
+                 for d, later, earlier in picked]
     return await gather_limited(jobs, concurrency)
 
 
@@ -543,15 +597,23 @@ async def required_claims(llm: BoundLLM, task: Task, max_claims: int = MAX_CLAIM
     return list(dict.fromkeys(claims))[:max_claims]
 
 
-async def represented_claims(llm: BoundLLM, model_text: str, claims: Sequence[str]) -> list[bool] | None:
-    """One judge call per (task, model): which claims the rendered model represents."""
+def coverage_messages(model_text: str, claims: Sequence[str]) -> list[dict[str, str]]:
     listing = "\n".join(f"{i}. {c}" for i, c in enumerate(claims, 1))
-    msgs = [{"role": "system", "content": "You check which claims a learned model of a source already holds."},
+    return [{"role": "system", "content": "You check which claims a learned model of a source already holds."},
             {"role": "user", "content": f"Source model:\n{model_text}\n\nClaims:\n{listing}\n\nFor every claim number "
              "say whether the source model represents it: it states the claim, entails it, or gives a rule whose "
              "conditions cover the case. A claim that needs information the model lacks is not represented. "
              "Reply in JSON."}]
-    res = await llm.structured(msgs, CoverageVerdicts, stage="audit_coverage", max_tokens=40 * len(claims) + 60)
+
+
+def coverage_reply_tokens(claims: Sequence[str]) -> int:
+    return 40 * len(claims) + 60
+
+
+async def represented_claims(llm: BoundLLM, model_text: str, claims: Sequence[str]) -> list[bool] | None:
+    """One judge call per (task, model): which claims the rendered model represents."""
+    msgs = coverage_messages(model_text, claims)
+    res = await llm.structured(msgs, CoverageVerdicts, stage="audit_coverage", max_tokens=coverage_reply_tokens(claims))
     if res.failed or res.value is None:
         return None
     got = {v.number: v.represented for v in res.value.verdicts}  # type: ignore[union-attr]
@@ -563,6 +625,15 @@ def model_view(model: SourceModel, source: Source | None, query: str, budget_tok
     """The model as the solver would see it: live units only, cut to the budget by relevance."""
     units = model.live_units(source) if source is not None else list(model.units)
     kept, cut = select_units(units, query, budget_tokens)
+    return model.render(kept), cut
+
+
+async def fitted_model_view(llm: BoundLLM, model: SourceModel, source: Source | None, query: str,
+                            claims: Sequence[str], budget_tokens: int = CONTEXT_TOKENS) -> tuple[str, bool]:
+    """``model_view`` cut further, if need be, so the coverage prompt fits the judge's window."""
+    units = model.live_units(source) if source is not None else list(model.units)
+    kept, cut = await fit_units(llm, units, query, budget_tokens,
+                                lambda us: coverage_messages(model.render(us), claims), coverage_reply_tokens(claims))
     return model.render(kept), cut
 
 
@@ -591,7 +662,8 @@ async def coverage_audit(llm: BoundLLM, run: RunModels, source: Source, tasks: M
                              correct=correct, failed=claims is None)
         if not claims:
             return rec
-        text, cut = model_view(sm.model, source, task.question + "\n" + "\n".join(claims), budget_tokens)
+        text, cut = await fitted_model_view(llm, sm.model, source, task.question + "\n" + "\n".join(claims), claims,
+                                            budget_tokens)
         got = await represented_claims(llm, text, claims)
         return rec.model_copy(update={"represented": got or [], "failed": got is None, "truncated": cut})
 

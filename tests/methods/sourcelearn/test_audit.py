@@ -403,3 +403,38 @@ def test_coverage_table_pools_sources_and_skips_failed_diagnoses():
     assert t["s1|M0"]["claim_share"] == 0.5 and t["s2|M0"]["claim_share"] == 0.0 and t["s2|M0"]["failed"] == 1
     assert t["ALL|M0"]["n_tasks"] == 2 and t["ALL|M0"]["claim_share"] == 0.25 and t["ALL|M0"]["failed"] == 1
     assert A.coverage_accuracy(recs) == {}  # no verdicts to pair with
+
+
+class _CountingJudge:
+    """A judge whose provider counts its own tokens: two per character-quad of the budget's estimate
+    (code under a small model's tokenizer), with a 1,000-token window."""
+
+    class spec:  # noqa: N801 - stands in for a ModelSpec
+        @staticmethod
+        def effective_context_window() -> int:
+            return 1000
+
+    async def count_tokens(self, text: str) -> int:
+        return len(text) // 2
+
+
+def test_judge_context_is_cut_to_the_judges_own_tokens():
+    units = [unit(f"Setting number {i} of the app config object is read at start-up time.", keys=("alice",))
+             for i in range(60)]
+    d = A.Dropped(unit("Alice's config is read once."), [])
+    judge = _CountingJudge()
+
+    def prompt(us):
+        return A.preservation_messages(d, us)
+
+    by_estimate, _ = A.select_units(units, d.unit.render(), 6000)
+    assert len(by_estimate) == 60  # chars / 4 says everything fits ...
+    assert run(judge.count_tokens(A._prompt_text(prompt(by_estimate)))) > 1000  # ... the judge's window disagrees
+    kept, cut = run(A.fit_units(judge, units, d.unit.render(), 6000, prompt, A.JUDGE_REPLY_TOKENS))
+    assert cut and 0 < len(kept) < 60
+    used = run(judge.count_tokens(A._prompt_text(prompt(kept))))
+    assert used <= 1000 - A.JUDGE_REPLY_TOKENS - A.JUDGE_TEMPLATE_TOKENS
+    assert kept == [u for u in units if u in kept]  # the source model's order is kept
+    # a judge that cannot count (API models) keeps the chars / 4 selection
+    judge.count_tokens = lambda text: asyncio.sleep(0, result=None)  # type: ignore[method-assign]
+    assert run(A.fit_units(judge, units, d.unit.render(), 6000, prompt, A.JUDGE_REPLY_TOKENS)) == (units, False)
