@@ -409,7 +409,7 @@ class _CountingJudge:
     """A judge whose provider counts its own tokens: two per character-quad of the budget's estimate
     (code under a small model's tokenizer), with a 1,000-token window."""
 
-    class spec:  # noqa: N801 - stands in for a ModelSpec
+    class spec:  # stands in for a ModelSpec
         @staticmethod
         def effective_context_window() -> int:
             return 1000
