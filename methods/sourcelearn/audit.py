@@ -440,13 +440,12 @@ def dropped_units(earlier: SourceModel, later: SourceModel) -> list[Dropped]:
     return [Dropped(u, absorbers.get(u.id, [])) for u in earlier.units if u.id not in later_ids]
 
 
-def related_units(later: SourceModel, earlier: SourceModel, d: Dropped, budget_tokens: int = CONTEXT_TOKENS
-                  ) -> list[Unit]:
+def related_pool(later: SourceModel, earlier: SourceModel, d: Dropped) -> list[Unit]:
     """The later model's units on the same subject as a dropped unit (the paper: "the same entity").
 
     Its absorbers; for an entity or pair unit, units sharing a scope key plus the regional and
     source-wide units it may have been condensed into; for a regional unit, everything in its
-    regions. Falls back to the whole later model (relevance-cut to the budget) when nothing matches.
+    regions. The whole later model when nothing matches.
     """
     keys = set(d.unit.scope.keys)
     regions = set(earlier.unit_regions(d.unit))
@@ -458,14 +457,13 @@ def related_units(later: SourceModel, earlier: SourceModel, d: Dropped, budget_t
         in_region = bool(regions & set(later.unit_regions(u)))
         return in_region and (broad or u.scope.kind == "region")
 
-    rel = [u for u in later.units if related(u)]
-    units, _ = select_units(rel or later.units, d.unit.render(), budget_tokens)
-    return units
+    return [u for u in later.units if related(u)] or list(later.units)
 
 
-def related_pool(later: SourceModel, earlier: SourceModel, d: Dropped) -> list[Unit]:
-    """``related_units`` before the budget cut (everything that may be shown)."""
-    return related_units(later, earlier, d, budget_tokens=10**12)
+def related_units(later: SourceModel, earlier: SourceModel, d: Dropped, budget_tokens: int = CONTEXT_TOKENS
+                  ) -> list[Unit]:
+    """``related_pool`` cut to the budget by relevance to the dropped unit."""
+    return select_units(related_pool(later, earlier, d), d.unit.render(), budget_tokens)[0]
 
 
 class PreservationJudgement(BaseModel):
