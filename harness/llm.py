@@ -34,6 +34,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from .errors import ConfigError, ModelUnavailableError
 from .io import redact_secrets, secret_values
+from .token_budget import DEFAULT_CHARS_PER_TOKEN
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -715,6 +716,9 @@ class BoundLLM:
         self.llm = llm
         self.method = method
         self.phase = phase
+        # characters of source material per token of this model, for prompt budgets; 4 unless a
+        # method measured its source (harness.token_budget.measure_chars_per_token)
+        self.chars_per_token = DEFAULT_CHARS_PER_TOKEN
 
     @property
     def spec(self) -> ModelSpec:

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field, create_model
 
 from harness.data import Element, Source
-from harness.llm import bounded_list
+from harness.llm import Message, bounded_list
+from harness.token_budget import fit_to_window
 
 from .config import SourceLearnConfig
 from .grounding import GateStats, gate_batch, gate_unit
@@ -88,11 +89,12 @@ def clip(text: str, n: int = STATEMENT_CHARS) -> str:
 
 
 def material_chars(ctx: Context, reserve_tokens: int) -> int:
-    """Characters of source material that fit the model's window after the prompt and the reply."""
+    """Characters of source material that fit the model's window after the prompt and the reply
+    (at the source's measured characters per token, see harness.token_budget)."""
     window = ctx.llm.spec.effective_context_window()
     if not window:
         return MATERIAL_CHARS
-    return max(800, min(MATERIAL_CHARS, int((window - reserve_tokens) * 4 * 0.85)))
+    return max(800, min(MATERIAL_CHARS, int((window - reserve_tokens) * ctx.llm.chars_per_token * 0.85)))
 
 
 def render_material(elements: list[Element], max_chars: int) -> tuple[str, list[str]]:
@@ -288,14 +290,20 @@ async def read_entity(ent: Entity, region: Region, brief: str, source: Source, c
     """One reading call, then one batched grounding check over everything it claimed."""
     system = READ_SYSTEM.format(n=cfg.max_per_slot) + (f"\n\nReading brief for this source:\n{brief}" if brief else "")
     reserve = READ_MAX_TOKENS + (len(system) + 200) // 4
-    text, shown = render_material(reading_elements(ent, source), material_chars(ctx, reserve))
+    elements = reading_elements(ent, source)
+
+    def build(budget: int) -> tuple[tuple[list[Message], list[str]], list[Message]]:
+        text, shown = render_material(elements, budget)
+        user = f"Entity: {ent.name}\nRegion: {region.title}\n\nMaterial:\n{text}"
+        msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
+        return (msgs, shown), msgs
+
+    msgs, shown = await fit_to_window(ctx.llm, build, material_chars(ctx, reserve), READ_MAX_TOKENS)
     out = EntityResult(ent)
     if not shown:
         out.failed = "no material"
         return out
-    user = f"Entity: {ent.name}\nRegion: {region.title}\n\nMaterial:\n{text}"
-    res = await ctx.llm.structured([{"role": "system", "content": system}, {"role": "user", "content": user}],
-                                   reading_schema(cfg.max_per_slot), stage="construct_read", max_tokens=READ_MAX_TOKENS,
+    res = await ctx.llm.structured(msgs, reading_schema(cfg.max_per_slot), stage="construct_read", max_tokens=READ_MAX_TOKENS,
                                    choices={"element_id": shown, "element_ids": shown})  # ids copied verbatim
     if res.failed or res.value is None:
         out.failed = res.error[:200] or "reading failed"

@@ -33,6 +33,7 @@ from typing import Any, ClassVar
 from harness.data import Answer, Source, Task, estimate_tokens
 from harness.io import atomic_write_json
 from harness.method import Context, LearnContext, Method
+from harness.token_budget import measure_chars_per_token
 
 from ..evidence import NO_GOLD, failure, gold_document_elements, load_index, retrieve
 from .activation import activate
@@ -54,8 +55,9 @@ __all__ = [
 # repeated items until max_tokens cut the JSON); self-study 2-3: the planner's keys and arity, 5: a
 # planning round proposes at least one action; construct 3 / self-study 6: a unit or note cites an id;
 # self-study 7: after an empty round the planner sees its refused proposals, studied entities listed last
-CONSTRUCT_VERSION = "3"
-SELFSTUDY_VERSION = "7"
+# construct 4 / self-study 8: material budgets in the source's measured characters per token
+CONSTRUCT_VERSION = "4"
+SELFSTUDY_VERSION = "8"
 MODEL_FILE = "model.json"
 STATS_FILE = "stats.json"
 
@@ -66,8 +68,12 @@ DEVIATIONS = [
      "files are not read at construction (they stay retrievable by Hybrid RAG), as in the official compiler."),
     ("Document families longer than 16k characters are read as consecutive parts; an entity's material is "
      "truncated deterministically (equal shares per element, then the tail) to fit the model's context window."),
-    "Small context windows: the activation budget is min(B, window - evidence - reply - prompt reserve), in the "
-    "solver's own tokens when its provider counts them exactly (local models), else chars / 4.",
+    ("Small context windows, learning: prompts budget source material at the source's own characters per token "
+     "(median over its elements in the model's tokenizer when the provider counts exactly, at most 4), and the "
+     "entity reading and inspection prompts are rebuilt with less material while they overflow the window in the "
+     "model's tokens (one dense element, such as a lock file, cannot overflow it); the paper needs no such fit."),
+    ("Small context windows: the activation budget is min(B, window - evidence - reply - prompt reserve), in the "
+     "solver's own tokens when its provider counts them exactly (local models), else chars / 4."),
     "If the router call fails, regions are ordered by word overlap between the question and routing cards.",
     ("Self-study planning: after a round whose proposals were all refused (repeats, unknown keys), the next round "
      "is told which were refused and lists already-studied entities last; with greedy decoding the unchanged "
@@ -114,8 +120,9 @@ def model_summary(sm: SourceModel, source: Source) -> dict[str, Any]:
 class SourceLearnBase(Method):
     """Construct M0 -> (self-study MS) -> (task-guided MT); which stages run is set per variant."""
 
-    version = "4"  # 2: bounded reply lists in every stage (see CONSTRUCT_VERSION); 3: exact-token window fit;
-    # 4: a planning retry shows the refused proposals (SELFSTUDY_VERSION 7)
+    version = "5"  # 2: bounded reply lists in every stage (see CONSTRUCT_VERSION); 3: exact-token window fit;
+    # 4: a planning retry shows the refused proposals (SELFSTUDY_VERSION 7); 5: learning prompts budget
+    # source material in the source's measured characters per token (harness.token_budget)
     Config = SourceLearnConfig
     deviations = DEVIATIONS
     start: ClassVar[str] = "M0"  # the model the variant ends with (M0, MS) or task learning starts from
@@ -174,6 +181,8 @@ class SourceLearnBase(Method):
     # -- Method API -----------------------------------------------------------------------------
     async def learn(self, source: Source, guidance: list[Task], ctx: LearnContext) -> dict[str, Any]:
         shared: dict[str, Any] = {}
+        ctx.llm.chars_per_token = await measure_chars_per_token(((e.id, e.text) for e in source.elements),
+                                                                ctx.llm.count_tokens)
         if self.start == "M0":
             sm, reused, info = await self.m0(source, ctx)
             shared["m0"] = {"reused": reused, **info}
@@ -192,7 +201,8 @@ class SourceLearnBase(Method):
             usage.update(stage_usage(ctx, before))
         sm.save(ctx.workdir / MODEL_FILE)
         stats = {"model": model_summary(sm, source), "shared": shared, "usage_by_stage": usage,
-                 "n_guidance": len(guidance) if self.task_learning else 0}
+                 "n_guidance": len(guidance) if self.task_learning else 0,
+                 "chars_per_token": ctx.llm.chars_per_token}
         atomic_write_json(ctx.workdir / STATS_FILE, stats)
         return stats
 

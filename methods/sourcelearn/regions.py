@@ -301,7 +301,7 @@ async def llm_block_partition(source: Source, entities: list[Entity], ctx: Conte
     """One LLM call proposing blocks; deterministic blocks if the list does not fit or the call fails."""
     window = ctx.llm.spec.effective_context_window()
     max_tokens = min(4000, 40 + 12 * len(entities) + 60 * math.ceil(len(entities) / BLOCK_SIZE))
-    max_chars = ((window - max_tokens - 400) * 4) if window else 400_000
+    max_chars = int((window - max_tokens - 400) * ctx.llm.chars_per_token) if window else 400_000
     prompt = blocks_prompt(source, entities, max_chars)
     if prompt is None:
         part = block_partition(source, entities, prefix=prefix)

@@ -47,9 +47,10 @@ WriterRole = Literal["map", "pattern", "mechanism", "distinction", "procedure", 
 
 # -- material that fits -----------------------------------------------------------------------
 def material_chars(llm: BoundLLM, reserve_tokens: int) -> int:
-    """Characters of material a prompt may carry: window minus reply and instructions, chars/4."""
+    """Characters of material a prompt may carry: window minus reply and instructions, at the
+    source's measured characters per token (4 unless measured, see harness.token_budget)."""
     window = llm.spec.effective_context_window() or DEFAULT_WINDOW
-    return max(2_000, int((window - reserve_tokens - PROMPT_OVERHEAD_TOKENS) * 4 * 0.9))
+    return max(2_000, int((window - reserve_tokens - PROMPT_OVERHEAD_TOKENS) * llm.chars_per_token * 0.9))
 
 
 def fit(blocks: Iterable[str], max_chars: int) -> list[str]:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field, create_model
 
 from harness.data import Source
-from harness.llm import bounded_list
+from harness.llm import Message, bounded_list
+from harness.token_budget import fit_to_window
 
 from ..model import Cited, Ids, Statement, Unit
 from ..rewrite import Note, excerpt_blocks, fit, material_chars, policy_note, unit_line
@@ -102,16 +103,21 @@ async def observe(llm: BoundLLM, source: Source, units: list[Unit], element_ids:
     ``full_text`` shows whole elements (inspection), otherwise capped excerpts (study); either way the
     material is cut deterministically to the context window.
     """
-    budget = material_chars(llm, OBSERVE_MAX_TOKENS)
-    unit_lines = fit((unit_line(u) for u in units), budget // 3)
-    shown_units = units[: len(unit_lines)]
-    blocks = fit(excerpt_blocks(source, element_ids, max_chars=0 if full_text else 1200),
-                 budget - sum(len(x) + 1 for x in unit_lines))
+    excerpts = excerpt_blocks(source, element_ids, max_chars=0 if full_text else 1200)
+
+    def build(budget: int) -> tuple[tuple[list[Unit], list[str], list[Message]], list[Message]]:
+        unit_lines = fit((unit_line(u) for u in units), budget // 3)
+        shown_units = units[: len(unit_lines)]
+        blocks = fit(excerpts, budget - sum(len(x) + 1 for x in unit_lines))
+        msgs = observe_messages(shown_units, blocks, mode, target, max_notes, question, policy)
+        return (shown_units, blocks, msgs), msgs
+
+    shown_units, blocks, msgs = await fit_to_window(llm, build, material_chars(llm, OBSERVE_MAX_TOKENS),
+                                                    OBSERVE_MAX_TOKENS)
     if not blocks:
         return []
     present = [i for i in dict.fromkeys(element_ids) if source.element(i) is not None]
     shown_ids = set(present[: len(blocks)])
-    msgs = observe_messages(shown_units, blocks, mode, target, max_notes, question, policy)
     res = await llm.structured(msgs, observations_schema(max_notes), stage=stage, max_tokens=OBSERVE_MAX_TOKENS,
                                choices={"evidence_ids": sorted(shown_ids), "unit_ids": [u.id for u in shown_units]})
     if res.failed or res.value is None:

@@ -348,3 +348,41 @@ def test_batch_gate_schema_asks_for_a_verdict_on_every_claim():
     s = _schema_json(batch_verdicts(3))
     assert s["required"] == ["claim_1", "claim_2", "claim_3"] and s["additionalProperties"] is False
     assert batch_verdicts(3) is batch_verdicts(3)  # one class per size (the schema cache keys on it)
+
+
+def test_reading_material_fits_a_tokenizer_that_cuts_code_finely(tmp_path):
+    """chars / 4 budgets overflow a small model's window on indented code; the exact fit does not."""
+    from methods.sourcelearn.method import SourceLearnM0
+
+    def tokens(text: str) -> int:  # a token per pair of spaces on top of chars / 4
+        return len(text) // 4 + text.count("  ")
+
+    async def count(text: str) -> int:
+        return tokens(text)
+
+    body = "def step(state):\n" + "        if state.ready:\n            return state.value\n" * 60
+    els = [Element(id=f"pkg/engine.py#part{i}", title=f"Engine / part {i}", text=body, path="pkg/engine.py",
+                   kind="section", metadata={"entity": "Engine"}) for i in range(8)]
+    source = Source(id="engine", kind="documents", description="one engine module", elements=els)
+    window, reply, prompts = 6000, 1500, []  # reply: construct.READ_MAX_TOKENS
+
+    def record(messages, schema):
+        prompts.append(tokens("\n".join(m["content"] for m in messages)))
+        return json.dumps(EMPTY_READING)
+
+    def learn(name: str, exact: bool) -> dict:
+        prompts.clear()
+        scripted.set_script(dispatch(("profile of ONE entity", record), ("Before reading it", json.dumps(
+            {"purpose": "p", "scenarios": [], "main_objects": [], "ignore": []}))))
+        ctx = make_ctx(tmp_path / name, source, window=window)  # its own call cache
+        if exact:
+            ctx.llm.count_tokens = count
+        stats = run(SourceLearnM0(config=SourceLearnConfig()).learn(source, [], ctx))
+        assert prompts
+        return stats
+
+    assert learn("estimate", exact=False)["chars_per_token"] == 4.0
+    assert max(prompts) + reply > window  # chars / 4 overflows the window ...
+    stats = learn("exact", exact=True)
+    assert max(prompts) + reply <= window  # ... the prompt counted in the model's tokens fits
+    assert stats["chars_per_token"] == round(len(body) / tokens(body), 3)  # the source's own ratio, recorded

@@ -462,3 +462,33 @@ def test_self_learn_is_deterministic(tmp_path):
         return asyncio.run(self_learn(toy_model(), SOURCE, ctx, SourceLearnConfig())).model_dump_json()
 
     assert run(tmp_path / "a") == run(tmp_path / "b")
+
+
+def test_inspection_of_a_dense_element_is_cut_to_the_window_in_the_models_tokens(tmp_path):
+    """One lock-file-like element (many tokens per character) must not overflow the inspection prompt."""
+    from harness.data import Element, Source
+    from methods.sourcelearn.selfstudy.observe import OBSERVE_MAX_TOKENS, observe
+
+    def tokens(text: str) -> int:  # a token per pair of spaces on top of chars / 4
+        return len(text) // 4 + text.count("  ")
+
+    async def count(text: str) -> int:
+        return tokens(text)
+
+    lock = Element(id="uv.lock", title="uv.lock", text='    "pkg" = { version = "1.0"  ,  hash  =  "x" }\n' * 600)
+    source = Source(id="dense", kind="code", elements=[lock])
+    window, prompts = 6000, []
+
+    def record(messages, schema):
+        prompts.append(tokens("\n".join(m["content"] for m in messages)))
+        return json.dumps({"learned": False, "observations": []})
+
+    for exact in (False, True):
+        scripted.set_script(record)
+        ctx = make_ctx(tmp_path / str(exact), source, window=window)
+        if exact:
+            ctx.llm.count_tokens = count
+        asyncio.run(observe(ctx.llm, source, [], ["uv.lock"], ("lock",), mode="review", stage="ms_inspect", max_notes=3,
+                            target="the lock file", full_text=True))
+    assert prompts[0] + OBSERVE_MAX_TOKENS > window  # chars / 4 overflows ...
+    assert prompts[1] + OBSERVE_MAX_TOKENS <= window  # ... the exact count fits
