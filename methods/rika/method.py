@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -67,10 +67,12 @@ class RIKAConfig(MethodConfig):
 
 @dataclass(frozen=True)
 class RIKAState:
-    """The admitted claims (the entries the solver sees) and their rendered document."""
+    """The admitted claims (the entries the solver sees) and their rendered document; ``store`` (the
+    whole claim store, deferred claims included) lets ``learn_more`` continue the stream."""
 
     claims: tuple[Claim, ...]
     notes: str
+    store: ClaimStore | None = field(default=None, compare=False, repr=False)
 
 
 class RIKA(Method):
@@ -111,16 +113,31 @@ class RIKA(Method):
 
     # -- learn ----------------------------------------------------------------------------------
     async def learn(self, source: Source, guidance: list[Task], ctx: LearnContext) -> dict[str, Any]:
+        by_id = {t.id: t for t in guidance}
+        stream = [by_id[i] for i in stream_order(list(by_id), ctx.seed)]
+        _, stats = await self._learn_stream(ClaimStore(), stream, ctx)
+        return stats
+
+    async def learn_more(self, state: RIKAState, tasks: list[Task], ctx: LearnContext) -> RIKAState:
+        """Continue the stream with ``tasks`` (in the order given) from the state's claim store.
+
+        RIKA is an online method: its batches already update one store in order, so learning on
+        more tasks is more batches, numbered after the store's last one (the forgetting window
+        counts across them). The state is not changed; the new one is saved to ``ctx.workdir``."""
+        store = state.store.model_copy(deep=True) if state.store is not None else ClaimStore()
+        store, _ = await self._learn_stream(store, list(tasks), ctx)
+        return self._state(store)
+
+    async def _learn_stream(self, store: ClaimStore, stream: list[Task], ctx: LearnContext
+                            ) -> tuple[ClaimStore, dict[str, Any]]:
+        """Batches of ``stream`` into ``store`` (numbered after its last batch); saves the artifact."""
         if ctx.judge is None:
             raise ConfigError("rika: learning needs the run's judge for the guidance tasks' feedback")
         cfg = self.config
-        by_id = {t.id: t for t in guidance}
-        stream = [by_id[i] for i in stream_order(list(by_id), ctx.seed)]
-        store = ClaimStore()
         logs: list[dict[str, Any]] = []
         records: list[dict[str, Any]] = []
         totals: Counter = Counter()
-        for b, start in enumerate(range(0, len(stream), cfg.batch_size), 1):
+        for b, start in enumerate(range(0, len(stream), cfg.batch_size), store.batch + 1):
             batch = stream[start:start + cfg.batch_size]
             ctx.progress(f"rika: batch {b} ({len(batch)} guidance task(s)), {len(store.admitted())} admitted claim(s)")
             notes = render(store.admitted()) if cfg.inject_knowledge else ""
@@ -141,7 +158,7 @@ class RIKA(Method):
             **dict(sorted(totals.items())),
         }
         self._save(ctx.workdir, store, logs, records, stats)
-        return stats
+        return store, stats
 
     async def _trajectories(self, tasks: list[Task], notes: str, ctx: LearnContext) -> list[Trajectory]:
         """Solve and judge one batch exactly as test tasks are solved (plus the current knowledge)."""
@@ -188,9 +205,12 @@ class RIKA(Method):
 
     # -- test time ------------------------------------------------------------------------------
     def load(self, artifact_dir: Path, ctx: Context) -> RIKAState:
-        store = ClaimStore.model_validate(json.loads((artifact_dir / CLAIMS_FILE).read_text())["store"])
+        return self._state(ClaimStore.model_validate(json.loads((artifact_dir / CLAIMS_FILE).read_text())["store"]))
+
+    @staticmethod
+    def _state(store: ClaimStore) -> RIKAState:
         admitted = tuple(sorted(store.admitted(), key=lambda c: (c.seq, c.id)))
-        return RIKAState(claims=admitted, notes=render(admitted))
+        return RIKAState(claims=admitted, notes=render(admitted), store=store)
 
     async def answer(self, task: Task, state: RIKAState, ctx: Context) -> Answer:
         index = await load_index(ctx)

@@ -580,3 +580,25 @@ def test_config_rejects_unknown_keys_and_orders_types():
     with pytest.raises(ValidationError):
         RIKA({"nope": 1})
     assert RIKA({"knowledge_types": ["procedural", "factual"]}).config.knowledge_types == ["factual", "procedural"]
+
+
+def test_learn_more_continues_the_stream_as_one_learning_run_would(tmp_path, world):
+    """Prequential evaluation uses learn_more: block by block must equal the whole stream at once."""
+    _world_for_learning(world)
+    order = [t for i in stream_order([t.id for t in GUIDANCE], 0) for t in GUIDANCE if t.id == i]
+    method = RIKA()
+    lctx, tctx, _, _ = contexts(tmp_path / "whole")
+    asyncio.run(method.learn(SOURCE, GUIDANCE, lctx))
+    whole = method.load(lctx.workdir, tctx)
+
+    lctx2, tctx2, _, _ = contexts(tmp_path / "blocks")
+    state = method.load(lctx.workdir, tctx)  # any state: learn_more must not change it
+    empty = RIKAState(claims=(), notes="")
+    first = asyncio.run(method.learn_more(empty, order[:5], lctx2))
+    assert first.store is not None and first.store.batch == 1 and empty.store is None
+    before = first.store.model_dump()
+    second = asyncio.run(method.learn_more(first, order[5:], lctx2))
+    assert first.store.model_dump() == before  # the earlier state is untouched
+    assert second.store.batch == 2 and second.notes == whole.notes
+    assert second.store.model_dump() == whole.store.model_dump()
+    assert method.entries(second) == method.entries(whole) and method.entries(state) == method.entries(whole)
