@@ -12,6 +12,7 @@ credential: a report is meant to be shared, and error messages or commands can e
 
 from __future__ import annotations
 
+import base64
 import csv
 import html
 import io
@@ -347,6 +348,17 @@ class Table:
     note: str = ""
 
 
+@dataclass
+class Figure:
+    """A PNG in a report section: written next to the report as ``filename``, linked from the
+    Markdown and embedded in the HTML (which stays one self-contained file)."""
+
+    title: str
+    filename: str
+    png: bytes
+    note: str = ""
+
+
 def _pct(x: float | None) -> str:
     return NA if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100.0 * x:.1f}"
 
@@ -611,10 +623,16 @@ def _md_table(t: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _md_figure(f: Figure) -> str:
+    note = f"\n*{_md_cell(f.note)}*\n" if f.note else ""
+    return f"**{_md_cell(f.title)}**\n\n![{_md_cell(f.title)}]({f.filename})\n{note}"
+
+
 def render_markdown(title: str, cap: list[str], sections, provenance: list[Table]) -> str:
     parts = [f"# {title}", "", *(f"- {_md_cell(c)}" for c in cap), ""]
     for name, tables in sections:
-        parts += [f"## {_md_cell(name)}", ""] + [_md_table(t) for t in tables]
+        parts += [f"## {_md_cell(name)}", ""] + [_md_figure(t) if isinstance(t, Figure) else _md_table(t)
+                                                 for t in tables]
     parts += ["## Provenance", ""] + [_md_table(t) for t in provenance]
     return "\n".join(parts)
 
@@ -628,6 +646,8 @@ th,td{border:1px solid #ccc;padding:.25rem .55rem;vertical-align:top}
 th{background:#f2f2f2;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
 tbody tr:nth-child(even){background:#fafafa}.note{color:#555;font-size:.85rem;margin-top:-1rem}
 ul.caption{color:#333;font-size:.9rem}
+figure{margin:.5rem 0 1.5rem}figure img{max-width:100%;border:1px solid #eee}
+figcaption{font-weight:600;padding:.3rem 0}
 """
 
 
@@ -648,6 +668,14 @@ def _html_table(t: Table) -> str:
     )
 
 
+def _html_figure(f: Figure) -> str:
+    esc = html.escape
+    data = base64.b64encode(f.png).decode("ascii")
+    note = f'<p class="note">{esc(f.note)}</p>' if f.note else ""
+    return (f'<figure><figcaption>{esc(f.title)}</figcaption>'
+            f'<img alt="{esc(f.title)}" src="data:image/png;base64,{data}"></figure>{note}\n')
+
+
 def render_html(title: str, cap: list[str], sections, provenance: list[Table]) -> str:
     esc = html.escape
     out = [
@@ -657,7 +685,9 @@ def render_html(title: str, cap: list[str], sections, provenance: list[Table]) -
         '<ul class="caption">' + "".join(f"<li>{esc(c)}</li>" for c in cap) + "</ul>",
     ]
     for name, tables in sections:
-        out.append(f"<section><h2>{esc(name)}</h2>" + "".join(_html_table(t) for t in tables) + "</section>")
+        out.append(f"<section><h2>{esc(name)}</h2>"
+                   + "".join(_html_figure(t) if isinstance(t, Figure) else _html_table(t) for t in tables)
+                   + "</section>")
     out.append(
         '<section id="provenance"><h2>Provenance</h2>'
         + "".join(_html_table(t) for t in provenance)
@@ -767,4 +797,7 @@ def write_report(
     atomic_write_text(paths["md"], render_markdown(title, cap, sections, prov))
     atomic_write_text(paths["csv"], render_csv(summary, seeds))
     atomic_write_text(paths["html"], render_html(title, cap, sections, prov))
+    for f in (t for _, tables in sections for t in tables if isinstance(t, Figure)):
+        paths[f.filename] = out / f.filename
+        paths[f.filename].write_bytes(f.png)
     return paths

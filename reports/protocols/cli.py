@@ -75,12 +75,13 @@ def run(a: argparse.Namespace) -> int:
     for name in names:
         compute(name, a.run_dir, methods=methods, baseline=a.baseline, data_dir=a.data_dir,
                 settings=settings_of(a), progress=print)
-    from ..leaderboard import _md_table
+    from ..leaderboard import Table, _md_table
 
     data = load_run(a.run_dir)
     for title, tables in protocol_sections(data, names, baseline=a.baseline, data_dir=a.data_dir):
         print(f"## {title}\n")
         for t in tables:
-            print(_md_table(t))
+            print(_md_table(t) if isinstance(t, Table) else f"({t.title}: {t.filename} in the report, "
+                  "`sourcebench report RUN_DIR --protocols ...`)\n")
     print(f"written: {', '.join(str(a.run_dir / 'protocols' / f'{n}.json') for n in names)}")
     return 0

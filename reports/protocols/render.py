@@ -14,7 +14,7 @@ from typing import Any
 from harness.errors import SourceBenchError
 from harness.io import read_json
 
-from ..leaderboard import NA, RunData, Table, _p, _pct, _safe
+from ..leaderboard import NA, Figure, RunData, Table, _p, _pct, _safe
 from . import breakeven, keyoverlap
 from .keyoverlap import GROUPS, NO_KEYS
 
@@ -110,7 +110,7 @@ def _checkpoints(n: int, starts: list[int], most: int = 12) -> list[int]:
     return sorted(m for m in marks if 1 <= m <= n)[-most * 2:]
 
 
-def prequential_tables(result: dict[str, Any]) -> list[Table]:
+def prequential_tables(result: dict[str, Any]) -> list[Table | Figure]:
     ms = [m for m in result["methods"] if m.get("online") is not None]
     summary = [[_safe(m["method"]), _safe(m["mode"]), _pct(m["online"]), _pct(m["stateless"]),
                 f"{m['gain_pp']:+.1f}", _p(m.get("p_value")),
@@ -130,9 +130,13 @@ def prequential_tables(result: dict[str, Any]) -> list[Table]:
         header = ["after n tasks"] + [f"{_safe(m['method'])} online / stateless %" for m in ms]
         rows = [[str(k)] + [f"{_pct(m['curve'][k - 1]['online'])} / {_pct(m['curve'][k - 1]['stateless'])}"
                             for m in ms] for k in _checkpoints(n, starts)]
-        tables.append(Table("Prequential curve: cumulative accuracy %", header, rows,
-                            "Mean over (source, seed) streams of the cumulative mean score after n tasks; learning "
-                            f"points (tasks learned from) at {', '.join(str(x) for x in starts) or NA}."))
+        note = ("Mean over (source, seed) streams of the cumulative mean score after n tasks; learning "
+                f"points (tasks learned from) at {', '.join(str(x) for x in starts) or NA}.")
+        tables.append(Table("Prequential curve: cumulative accuracy %", header, rows, note))
+        from .curve import FILENAME, prequential_png  # matplotlib only when there is a curve to draw
+
+        tables.append(Figure("Prequential curve", FILENAME, prequential_png(ms, starts),
+                             note + " Solid: online; dashed: stateless; dotted: learning points."))
     return tables
 
 
@@ -183,7 +187,7 @@ def _missing(name: str, run_dir: Path) -> list[Table]:
                   f"This protocol needs model calls: run `sourcebench protocol {name} {_safe(run_dir)}` first.")]
 
 
-def tables_for(name: str, data: RunData, baseline: str, data_dir: Path | None) -> list[Table]:
+def tables_for(name: str, data: RunData, baseline: str, data_dir: Path | None) -> list[Table | Figure]:
     if name == "key-overlap":
         try:
             return key_overlap_tables(keyoverlap.compute(data, baseline=baseline, data_dir=data_dir))
@@ -198,6 +202,6 @@ def tables_for(name: str, data: RunData, baseline: str, data_dir: Path | None) -
 
 
 def protocol_sections(data: RunData, names: list[str], baseline: str = "hybrid_rag",
-                      data_dir: Path | None = None) -> list[tuple[str, list[Table]]]:
+                      data_dir: Path | None = None) -> list[tuple[str, list[Table | Figure]]]:
     """(section title, tables) for each requested protocol, in the order given."""
     return [(TITLES[n], tables_for(n, data, baseline, data_dir)) for n in names]

@@ -10,6 +10,7 @@ having learned from a task about it (prequential: answered before learned from).
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import re
 from pathlib import Path
@@ -497,6 +498,9 @@ def test_report_sections(toy_run, tmp_path):
     assert "after n tasks" in md and "toy_learner online / stateless %" in md
     html = paths["html"].read_text()
     assert "Protocol: prequential evaluation" in html and "Prequential curve" in html
+    png = paths["prequential_curve.png"].read_bytes()  # the curve as a figure: a PNG next to the report ...
+    assert png.startswith(b"\x89PNG") and "![Prequential curve](prequential_curve.png)" in md
+    assert base64.b64encode(png).decode() in html  # ... embedded in the self-contained HTML
     # a protocol that needs model calls and was never run says so instead of showing nothing
     (toy_run / "protocols" / "harmful.json").rename(tmp_path / "h.json")
     try:
