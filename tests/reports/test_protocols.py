@@ -489,6 +489,7 @@ def test_parse_protocols():
 def test_report_sections(toy_run, tmp_path):
     scripted.set_script(reply)
     compute_protocol("prequential", toy_run, methods=["toy_learner", "hybrid_rag"], settings={"block_size": 2})
+    compute_protocol("harmful", toy_run, methods=["toy_notes"], settings={"max_entries": 0})  # not another test's
     paths = write_report(toy_run, out_dir=tmp_path / "rep", protocols=["key-overlap", "break-even", "prequential",
                                                                         "harmful"])
     md = paths["md"].read_text()
