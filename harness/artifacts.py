@@ -8,12 +8,14 @@ files, checked on load so a frozen artifact that was modified is noticed, not si
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import re
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -41,6 +43,9 @@ _STAGING = re.compile(r"^\.[0-9a-f]{16}\.[a-z0-9_]+$")  # tempfile.mkdtemp(prefi
 class ArtifactStore:
     def __init__(self, root: Path):
         self.root = Path(root)
+        # one build per key at a time in this process; asyncio locks belong to one event loop
+        self._building: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.Lock]] = (
+            weakref.WeakKeyDictionary())
 
     def key(self, kind: str, inputs: dict[str, Any]) -> str:
         return stable_hash(kind, json.dumps(inputs, sort_keys=True, default=str))[:16]
@@ -83,6 +88,14 @@ class ArtifactStore:
         final = self.path(kind, inputs)
         if (final / MANIFEST).exists():
             return final
+        locks = self._building.setdefault(asyncio.get_running_loop(), {})
+        async with locks.setdefault(final, asyncio.Lock()):  # concurrent cells share one build
+            if (final / MANIFEST).exists():
+                return final
+            return await self._build(kind, inputs, final, build)
+
+    async def _build(self, kind: str, inputs: dict[str, Any], final: Path,
+                     build: Callable[[Path], Awaitable[dict[str, Any] | None]]) -> Path:
         final.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}."))
         try:

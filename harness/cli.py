@@ -164,6 +164,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "processes (local executor; --max-connections and --max-samples are shared among them). "
                    "For fast remote endpoints at high concurrency, where one process is CPU-bound; not for "
                    "local/ models, which would be loaded once per process (default 1)")
+    r.add_argument("--learn-concurrency", type=_positive, default=1, help="cells (method x source x seed) learned "
+                   "at the same time (default 1). Methods whose learning is one long chain of calls (kb-curator, "
+                   "awm) gain when the backend serves several calls at once: on a 2-core machine with local/ "
+                   "models, 2 (one llama.cpp context per core)")
     r.add_argument("--ray-address", help="Ray cluster to use with --executor ray, e.g. auto or ray://head:10001 "
                    "(default: start a local instance)")
     r.add_argument("--display", default=None, choices=["full", "conversation", "rich", "plain", "log", "none"],
@@ -254,7 +258,8 @@ def cmd_run(a: argparse.Namespace) -> int:
                     write_report=not a.no_report and a.protocols is None,
                     max_connections=a.max_connections, max_retries=a.max_retries,
                     attempt_timeout=a.attempt_timeout, timeout=a.timeout, executor=a.executor,
-                    ray_address=a.ray_address, test_processes=a.test_processes, cache_dir=a.cache_dir)
+                    ray_address=a.ray_address, test_processes=a.test_processes, cache_dir=a.cache_dir,
+                    learn_concurrency=a.learn_concurrency)
     console = _console()
     summary = Runner(cfg, console=console).run()
     console.print(f"done in {summary['seconds']} s: {summary['rows_new']} new result row(s), "

@@ -73,6 +73,7 @@ class RunConfig:
     # local executor: test tasks of every cell split over this many processes (one event loop each)
     test_processes: int = 1
     task_shard: tuple[int, int] | None = None  # (i, n): a worker tests only the tasks of shard i of n
+    learn_concurrency: int = 1  # cells learned at the same time (see Runner._learn_all)
     # model-call and embedding caches; None: OUT/cache. A folder shared by several runs answers a call
     # that any of them made (same model, settings, messages) without asking the model again
     cache_dir: Path | None = None
@@ -250,6 +251,7 @@ class Runner:
                          "kind": s.kind, **({"pinned_commit": s.metadata["pinned_commit"]}
                                             if s.metadata.get("pinned_commit") else {})} for s in sources],
             "execution": {"executor": self.cfg.executor, "test_processes": self.cfg.test_processes,
+                          "learn_concurrency": self.cfg.learn_concurrency,
                           "max_samples": self.max_samples(),
                           "max_connections": self.cfg.max_connections, "max_retries": self.cfg.max_retries,
                           "timeout": self.cfg.timeout, "attempt_timeout": self.cfg.attempt_timeout,
@@ -503,37 +505,56 @@ class Runner:
         return report
 
     async def _learn_all(self, pending: list) -> list[Cell]:
+        """Learn every pending cell, ``cfg.learn_concurrency`` at a time (cells keep their order).
+
+        One cell at a time by default. More helps methods whose learning is one long sequence of
+        calls (KB curation, AWM) when the backend can serve several at once (a local model with one
+        context per core, an API): their cells then overlap. Cells sharing a sub-artifact (SourceLearn's
+        M0) wait for one build of it (``ArtifactStore`` locks per key)."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        cells = []
+        limit = asyncio.Semaphore(max(1, self.cfg.learn_concurrency))
         with Progress(TextColumn("[bold]learn[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=self.console, disable=self.console is None,
                       transient=False) as progress:
             bar = progress.add_task("artifacts", total=len(pending))
-            for method, (source, split, guidance, tests) in pending:
-                ledger = UsageLedger()
-                inputs = self._artifact_inputs(method, source, split, guidance)
-                label = f"{method.name} on {source.id} (seed {split.seed})"
-                progress.update(bar, description=label)
-                keys = (source.id, split.seed if method.uses_guidance else None)
-                report = self._learn_reporter(label, ledger, lambda text: progress.update(bar, description=text),
-                                              lambda ledger=ledger, keys=keys: self._flush_usage(ledger, *keys))
 
-                async def build(folder: Path, method=method, source=source, split=split, guidance=guidance,
-                                ledger=ledger, report=report) -> dict[str, Any]:
-                    ctx = self.context(LearnContext, method, source, split, ledger, "learn", workdir=folder,
-                                       progress=report)
-                    stats = await method.learn(source, guidance, ctx) or {}
-                    stats["usage"] = ledger.snapshot()
-                    return stats
+            async def learn_one(method: Method, source: Source, split: Split, guidance: list[Task],
+                                tests: list[Task]) -> Cell:
+                async with limit:
+                    ledger = UsageLedger()
+                    inputs = self._artifact_inputs(method, source, split, guidance)
+                    label = f"{method.name} on {source.id} (seed {split.seed})"
+                    row = bar if self.cfg.learn_concurrency <= 1 else progress.add_task(label, total=None)
+                    progress.update(row, description=label)
+                    keys = (source.id, split.seed if method.uses_guidance else None)
+                    report = self._learn_reporter(label, ledger, lambda text: progress.update(row, description=text),
+                                                  lambda: self._flush_usage(ledger, *keys))
 
-                try:
-                    folder = await self.store.get_or_build(f"method/{method.name}", inputs, build)
-                finally:
-                    self._flush_usage(ledger, *keys)
-                cells.append(Cell(method, source, split, tests, folder, UsageLedger()))
-                progress.advance(bar)
-        return cells
+                    async def build(folder: Path) -> dict[str, Any]:
+                        ctx = self.context(LearnContext, method, source, split, ledger, "learn", workdir=folder,
+                                           progress=report)
+                        stats = await method.learn(source, guidance, ctx) or {}
+                        stats["usage"] = ledger.snapshot()
+                        return stats
+
+                    try:
+                        folder = await self.store.get_or_build(f"method/{method.name}", inputs, build)
+                    finally:
+                        self._flush_usage(ledger, *keys)
+                        if row != bar:
+                            progress.remove_task(row)
+                    progress.advance(bar)
+                    return Cell(method, source, split, tests, folder, UsageLedger())
+
+            jobs = [asyncio.ensure_future(learn_one(m, *rest)) for m, rest in pending]
+            try:
+                return list(await asyncio.gather(*jobs))
+            except BaseException:  # the first failure stops the other cells (their partial builds are removed)
+                for j in jobs:
+                    j.cancel()
+                await asyncio.gather(*jobs, return_exceptions=True)
+                raise
 
     # -- test phase ------------------------------------------------------------------------------
     async def _test_all(self, cells: list[Cell], done: set) -> None:
