@@ -82,6 +82,8 @@ class KBCurator(Method):
          "results in view are our choices; when the solver counts tokens exactly (local models) and a step prompt "
          "would overflow its window, the cap shrinks for that step."),
         "Writes that recite a gold answer value are refused (our guard; the paper measures such documents).",
+        ("Prequential (online) evaluation continues the current store with one curation per arriving question "
+         "(learn_more); the paper names the online setting but gives no procedure, and epochs apply offline only."),
     ]
 
     # -- learn ----------------------------------------------------------------------------------
@@ -102,12 +104,38 @@ class KBCurator(Method):
             for i, task in enumerate(order, 1):
                 ctx.progress(f"kb-curator: epoch {epoch + 1}/{cfg.epochs}, question {i}/{len(order)}")
                 records.append(await train_iteration(task, epoch, tools, dedup, ctx, cfg))
-        write_store(ctx.workdir, store, index)
-        atomic_write_text(ctx.workdir / TRACE_FILE,
-                          "".join(json.dumps(e.model_dump(), ensure_ascii=False) + "\n" for e in tools.trace))
-        atomic_write_text(ctx.workdir / TRAINING_FILE,
-                          "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+        self._save(ctx.workdir, store, index, tools, records)
         return self._stats(store, records, tools, dedup, len(guidance))
+
+    @staticmethod
+    def _save(folder: Path, store: KnowledgeStore, index: StoreIndex, tools: ToolBox,
+              records: list[dict[str, Any]]) -> None:
+        write_store(folder, store, index)
+        atomic_write_text(folder / TRACE_FILE,
+                          "".join(json.dumps(e.model_dump(), ensure_ascii=False) + "\n" for e in tools.trace))
+        atomic_write_text(folder / TRAINING_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+
+    async def learn_more(self, state: KBState, tasks: list[Task], ctx: LearnContext) -> KBState:
+        """Online deployment, for prequential evaluation: the same curator goes on curating the current
+        store, one training iteration per new question in arrival order (a stream sees each question
+        once, so ``epochs`` applies only to offline training; seed 002: the online variant needs "a
+        different measurement, not a different curator"). The given state is not changed; the new
+        store is saved to ``ctx.workdir``."""
+        if ctx.judge is None:
+            raise ConfigError("kb-curator: training needs the run's judge to score each forward attempt")
+        cfg: KBCuratorConfig = self.config  # type: ignore[assignment]
+        store = state.store.copy()
+        index = state.index.for_store(store)
+        tools = self._toolbox(store, index)
+        dedup = DedupGuard(index, ctx, threshold=cfg.dedup_threshold, neighbours=cfg.dedup_neighbours,
+                           max_tokens=cfg.dedup_max_tokens)
+        records = []
+        for i, task in enumerate(tasks, 1):
+            ctx.progress(f"kb-curator: online, question {i}/{len(tasks)}")
+            records.append(await train_iteration(task, 0, tools, dedup, ctx, cfg))
+        self._save(ctx.workdir, store, index, tools, records)
+        index.refresh()
+        return KBState(store, index)
 
     def _toolbox(self, store: KnowledgeStore, index: StoreIndex) -> ToolBox:
         cfg: KBCuratorConfig = self.config  # type: ignore[assignment]

@@ -5,6 +5,7 @@ fixed reader, and the action counts reported per task."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -366,3 +367,21 @@ def test_learning_is_deterministic(tmp_path):
         asyncio.run(method.learn(SOURCE, [CHESS, GOLF], lctx))
         outs.append({p.name: p.read_bytes() for p in lctx.workdir.iterdir()})
     assert outs[0] == outs[1]
+
+
+def test_learn_more_curates_the_current_store_once_per_new_question(tmp_path):
+    """Prequential (online) use: the same curator continues the store; each new question is curated once."""
+    scripted.set_script(router(curator=build_index_curator))
+    method, _, lctx, tctx, _ = learn(tmp_path, [CHESS], epochs=2)
+    state = method.load(lctx.workdir, tctx)
+    before = state.store.to_json()
+    n_docs = len(state.store.docs)
+    more_dir = tmp_path / "more"
+    more_dir.mkdir()
+    more_ctx = dataclasses.replace(lctx, workdir=more_dir)
+    new = asyncio.run(method.learn_more(state, [GOLF], more_ctx))
+    rows = [json.loads(x) for x in (more_dir / "training.jsonl").read_text().splitlines()]
+    assert [(r["task_id"], r["epoch"]) for r in rows] == [("g-golf", 0)]  # once, not once per epoch
+    assert len(new.store.docs) == n_docs + 1 and "kb:0001" in new.store  # built on the store it was given
+    assert state.store.to_json() == before and len(state.store.docs) == n_docs  # the given state is unchanged
+    assert method.load(more_dir, tctx).store.docs.keys() == new.store.docs.keys()  # and the new one is saved
