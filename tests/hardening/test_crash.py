@@ -125,12 +125,13 @@ def test_kill_while_learning_then_resume(tmp_path, reference):
     assert info["kept_rows"] == 0 and len(info["cached_at_kill"]) >= 3
 
 
-def test_sigterm_while_learning_counts_the_calls_and_removes_the_partial_build(tmp_path, reference):
+@pytest.mark.parametrize("extra", [(), ("--learn-concurrency", "2")], ids=["one-cell-at-a-time", "cells-at-once"])
+def test_sigterm_while_learning_counts_the_calls_and_removes_the_partial_build(tmp_path, reference, extra):
     """``kill`` (SIGTERM) stops a run as Ctrl-C does: the learning calls made so far are counted in
     usage.jsonl (a SIGKILL would lose them), no half-built artifact folder is left, and the same
-    command resumes to the uninterrupted result."""
+    command resumes to the uninterrupted result (also when cells were being learned at once)."""
     out, log = tmp_path / "run", tmp_path / "run.log"
-    p = start(args(out), env={"SOURCEBENCH_SCRIPTED_DELAY": "0.5"}, log=log)
+    p = start(args(out, "scripted/extractive", *extra), env={"SOURCEBENCH_SCRIPTED_DELAY": "0.5"}, log=log)
     deadline = time.time() + 300
     while p.poll() is None and not (n_cached(out) >= 3 and n_lines(out / "results.jsonl") == 0):
         assert time.time() < deadline
