@@ -6,9 +6,7 @@ import argparse
 import json
 import math
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -434,9 +432,10 @@ def stop_on_sigterm_as_on_ctrl_c() -> None:
     process on the spot: the call counts of a build in progress and its half-built artifact folder
     are left behind. As a KeyboardInterrupt, the runner's cleanup runs (counts written, partial
     folders removed) and the same command resumes. Background jobs (``nohup ... &``) ignore
-    Ctrl-C, so SIGTERM is how they are stopped."""
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.default_int_handler)
+    Ctrl-C, so SIGTERM is how they are stopped (``harness.stopping``)."""
+    from .stopping import install
+
+    install()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -32,6 +32,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from . import stopping
 from .errors import ConfigError, ModelUnavailableError
 from .io import redact_secrets, secret_values
 from .token_budget import DEFAULT_CHARS_PER_TOKEN
@@ -371,6 +372,7 @@ class LLM:
     ) -> CallResult:
         """One call. ``max_retries``/``timeout``/``attempt_timeout`` override the spec's retry policy
         (the preflight probe uses a short one so an unreachable endpoint fails in seconds)."""
+        stopping.check()  # a SIGTERM whose KeyboardInterrupt was swallowed stops the run here
         msgs = _norm_messages(messages)
         mt = max_tokens or self.spec.max_tokens
         temp = self.spec.temperature if temperature is None else temperature
@@ -442,9 +444,11 @@ class LLM:
             self.ledger.add_failure(method, phase, stage, err)
             self.ledger.add(method, phase, stage, "failed", inp, 0, secs)
             return CallResult("", failed=True, error=err)
-        self.ledger.add(method, phase, stage, "live", inp, outp, secs)
+        # cached before counted: a stop (KeyboardInterrupt) between the two leaves a completed call
+        # uncounted, which the resumed run replays from the cache, never a counted call it must pay again
         if self.cache is not None:
             self.cache.put(key, {"text": text, "input_tokens": inp, "output_tokens": outp, "stop_reason": stop})
+        self.ledger.add(method, phase, stage, "live", inp, outp, secs)
         return CallResult(text, inp, outp, cached=False, stop_reason=stop)
 
     async def _generate_retrying_malformed(self, model: Any, msgs: list[Message], config: Any,
