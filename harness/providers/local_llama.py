@@ -51,7 +51,8 @@ The model is loaded lazily (first call) into a per-process pool of up to ``insta
 (path, n_ctx, threads, chat format), shared by every ``Model`` object. A llama.cpp context is not
 thread-safe, so each call borrows a context of its own for its whole generation and runs in a worker
 thread (llama.cpp releases the GIL, so two contexts compute on two cores while the event loop stays
-responsive). Weights are memory-mapped, so a second context costs its KV cache and compute buffers
+responsive); a call cancelled while it waits for a context is dropped, not generated for nobody.
+Weights are memory-mapped, so a second context costs its KV cache and compute buffers
 (about 200 MB for SmolLM2 at 8,192 tokens), not a second copy of the model.
 
 Calls of one stage share long prefixes (the chat template and system prompt; a source model in
@@ -126,6 +127,11 @@ class ContextWindowExceededError(Exception):
         super().__init__(f"prompt of {prompt_tokens} tokens exceeds the context window of {n_ctx} tokens")
         self.prompt_tokens = prompt_tokens
         self.n_ctx = n_ctx
+
+
+class CallAbandonedError(Exception):
+    """Raised in the worker thread of a call whose caller stopped waiting before it got a context;
+    nobody sees it (the thread's result is discarded)."""
 
 
 # -- locating and loading models ----------------------------------------------------------------------
@@ -267,13 +273,20 @@ class LlamaPool:
     def loaded(self) -> int:
         return len(self._loaded)
 
-    def borrow(self, prompt: str = "") -> Any:
+    def borrow(self, prompt: str = "", abandoned: threading.Event | None = None) -> Any | None:
         """A free context, preferring the one whose last prompt shares the longest start with
         ``prompt`` (its evaluated KV prefix is then reused; an agent's next step usually extends its
-        previous one). The outputs do not depend on which context is chosen, only the time does."""
+        previous one). The outputs do not depend on which context is chosen, only the time does.
+
+        None once ``abandoned`` is set (the caller stopped waiting: :meth:`wake` rouses it), so that
+        a cancelled or interrupted call that never started is never generated."""
         with self._cond:
             while not self._free and len(self._loaded) + self._loading >= self.size:
+                if abandoned is not None and abandoned.is_set():
+                    return None
                 self._cond.wait()
+            if abandoned is not None and abandoned.is_set():
+                return None
             if self._free:
                 best = max(range(len(self._free)), key=lambda i: (_shared_start(self._last.get(id(self._free[i]), ""),
                                                                                  prompt), i))
@@ -303,6 +316,11 @@ class LlamaPool:
         with self._cond:
             self._free.append(llm)
             self._cond.notify()
+
+    def wake(self) -> None:
+        """Rouse every waiting borrower, so that those whose call was abandoned give up."""
+        with self._cond:
+            self._cond.notify_all()
 
     def any(self) -> Any:
         """A loaded context for read-only use (tokenising), loading the first one if none is."""
@@ -605,8 +623,12 @@ class LocalLlamaAPI(ModelAPI):
 
         affinity = "\x00".join(f"{m['role']}\x01{m.get('content') or ''}" for m in messages) if self.prefix_cache else ""
 
+        abandoned = threading.Event()
+
         def run() -> tuple[dict[str, Any], float]:
-            llm = pool.borrow(affinity)  # this context is ours until the generation ends
+            llm = pool.borrow(affinity, abandoned)  # this context is ours until the generation ends
+            if llm is None:
+                raise CallAbandonedError  # nobody awaits this reply any more: do not generate it
             try:
                 if not self.prefix_cache:
                     llm.reset()  # evaluate the whole prompt
@@ -621,9 +643,15 @@ class LocalLlamaAPI(ModelAPI):
                 pool.give_back(llm)
 
         try:
-            # abandon_on_cancel: an attempt timeout or cancelled sample returns at once; the abandoned
-            # generation finishes in its thread (holding its context) and is discarded
-            response, seconds = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+            # abandon_on_cancel: an attempt timeout, cancelled sample or interrupted run returns at
+            # once. A generation already under way finishes in its thread and is discarded; one still
+            # waiting for a context is dropped (after Ctrl-C or SIGTERM the process would otherwise
+            # generate every queued call, one after another, before it could exit)
+            try:
+                response, seconds = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
+            finally:
+                abandoned.set()
+                pool.wake()
         except ValueError as e:
             m = _CTX_ERROR.search(str(e))
             if not m:

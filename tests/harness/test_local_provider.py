@@ -441,6 +441,54 @@ def test_pool_load_failure_frees_its_slot(monkeypatch: pytest.MonkeyPatch) -> No
     assert pool.borrow() is not None  # the failed load did not use up the only slot
 
 
+def test_a_call_cancelled_while_it_waits_for_a_context_is_never_generated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C, SIGTERM or an attempt timeout cancels the calls queued for a busy context. Their worker
+    threads used to wait on, then generate replies nobody awaited, one after another: an interrupted
+    SmolLM2 run with 17 queued reader steps spent minutes after "interrupted" before it could exit."""
+    import threading
+
+    pytest.importorskip("llama_cpp")
+    release, busy = threading.Event(), threading.Event()
+    generated: list[str] = []
+
+    class FakeLlama:
+        def reset(self) -> None:
+            pass
+
+        def create_chat_completion(self, **kwargs: object) -> dict:
+            generated.append(kwargs["messages"][-1]["content"])  # type: ignore[index]
+            busy.set()
+            release.wait(10)
+            return {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
+
+    monkeypatch.setattr(local_llama, "_new_llama", lambda path, key, seed: FakeLlama())
+    pool = local_llama.LlamaPool(local_llama.Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=1)
+    api = local_llama.LocalLlamaAPI("smollm2", instances=1)
+    monkeypatch.setattr(api, "pool", lambda: pool)
+
+    async def call(text: str) -> str:
+        output, _ = await api.generate([ChatMessageUser(content=text)], [], "none", GenerateConfig(max_tokens=8))
+        return output.completion
+
+    async def scenario() -> list[str]:
+        first = asyncio.create_task(call("in flight"))
+        await asyncio.to_thread(busy.wait, 5)
+        queued = [asyncio.create_task(call(f"queued {i}")) for i in range(3)]
+        await asyncio.sleep(0.2)  # their threads now wait for the only context
+        for q in queued:
+            q.cancel()
+        await asyncio.gather(*queued, return_exceptions=True)
+        release.set()
+        done = [await first]
+        await asyncio.sleep(0.3)  # the abandoned threads would take the context now, were they to run
+        done.append(await call("after"))  # the pool still serves
+        return done
+
+    assert asyncio.run(scenario()) == ["ok", "ok"]
+    assert generated == ["in flight", "after"]
+
+
 def test_instances_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     from harness.providers.local_llama import default_instances
 
