@@ -7,8 +7,9 @@ import os
 import re
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from .errors import DataError
 
@@ -62,24 +63,43 @@ def redact_secrets(text: str, *, bearer: bool = False) -> str:
     return _BEARER.sub("Bearer ***", text) if bearer else text
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write via a temp file + rename so a crash never leaves a half-written file (secrets masked)."""
-    text = redact_secrets(text)
+def _new_file_mode() -> int:
+    """What ``open(path, "w")`` would give a new file: 0o666 less the process's umask (read once,
+    at import: reading it means setting it, which is not thread-safe)."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
+_NEW_FILE_MODE = _new_file_mode()
+
+
+@contextmanager
+def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True) -> Iterator[IO[Any]]:
+    """A temp file next to ``path`` that replaces it when the block ends without an error and is
+    removed when it raises, so a crash never leaves a half-written file. The file gets the mode a
+    plainly written one would (mkstemp's is 0600: run folders and reports shared with a group or
+    served as pages were readable by their owner only)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        os.fchmod(fd, _NEW_FILE_MODE)
+        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            yield f
             f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` atomically (:func:`atomic_file`), secrets masked."""
+    with atomic_file(path) as f:
+        f.write(redact_secrets(text))
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:

@@ -29,9 +29,7 @@ import hashlib
 import itertools
 import json
 import math
-import os
 import re
-import tempfile
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -41,7 +39,7 @@ import numpy as np
 from .data import Element, Evidence
 from .embeddings import Embedder
 from .errors import DataError
-from .io import atomic_write_text
+from .io import atomic_file, atomic_write_text
 
 RRF_K = 60
 DEFAULT_CANDIDATES = 30
@@ -146,14 +144,8 @@ class SparseBM25:
         terms = sorted(self.vocab, key=self.vocab.__getitem__)
         meta = {"k1": self.k1, "b": self.b, "epsilon": self.epsilon, "corpus_size": self.corpus_size,
                 "average_idf": self.average_idf, "avgdl": self.avgdl, "terms": terms}
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".bm25.", suffix=".npz")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **{k: getattr(self, k) for k in self._ARRAYS})
-            os.replace(tmp, directory / "bm25.npz")
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_file(directory / "bm25.npz", binary=True, fsync=False) as f:
+            np.savez(f, **{k: getattr(self, k) for k in self._ARRAYS})
         atomic_write_text(directory / "bm25_vocab.json", json.dumps(meta))
 
     @classmethod
@@ -379,14 +371,8 @@ class HybridIndex:
         ``index.json`` (ids, fingerprints, titles digest, embedder name) to ``directory``."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=d, prefix=".embeddings.", suffix=".npy")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.save(f, self.embeddings)
-            os.replace(tmp, d / "embeddings.npy")
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_file(d / "embeddings.npy", binary=True, fsync=False) as f:
+            np.save(f, self.embeddings)
         meta = {
             "format": INDEX_FORMAT,
             "embedder": self.embedder.name,
