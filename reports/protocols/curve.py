@@ -6,6 +6,7 @@ method, online solid, stateless dashed, and the learning points as dotted vertic
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from matplotlib.ticker import MaxNLocator
@@ -13,6 +14,13 @@ from matplotlib.ticker import MaxNLocator
 from ..figures import COLORS, _png, plt
 
 FILENAME = "prequential_curve.png"
+
+
+def y_top(percents: list[float]) -> float:
+    """The y axis' top: 100 %, or for low curves (a small model's few per cent) the next multiple of 5
+    above 115 % of the highest point (at least 10), so that they are not flat lines at the bottom."""
+    top = max(percents, default=0.0)
+    return 100.0 if top > 50 else float(min(100, max(10, 5 * math.ceil(top * 1.15 / 5))))
 
 
 def prequential_png(methods: list[dict[str, Any]], block_starts: list[int]) -> bytes:
@@ -26,7 +34,7 @@ def prequential_png(methods: list[dict[str, Any]], block_starts: list[int]) -> b
     for s in block_starts:
         if s > 0:
             ax.axvline(s + 0.5, color="#999", linestyle=":", linewidth=1)
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, y_top([100 * c[k] for m in methods for c in m["curve"] for k in ("online", "stateless")]))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("test tasks answered (stream position)", fontsize=8)
     ax.set_ylabel("cumulative accuracy (%)", fontsize=8)

@@ -555,3 +555,11 @@ def test_answers_are_scored_failures_when_a_method_breaks(toy_run):
     answer, score = asyncio.run(answer_and_score(Broken(), plan.tests[0], [], ctx))
     assert answer.failed and "boom" in answer.failure_reason and score == 0.0
     assert [t.id for t in plan.tests] == [t.id for t in TEST] and [t.id for t in plan.guidance] == ["q00", "q01"]
+
+
+def test_prequential_figure_scales_low_curves_and_keeps_100_for_high_ones():
+    from reports.protocols.curve import y_top
+
+    assert y_top([0.0, 2.9, 13.9]) == 20.0  # SmolLM2's few per cent fill the plot instead of its bottom tenth
+    assert y_top([0.0, 1.0]) == 10.0 and y_top([]) == 10.0
+    assert y_top([40.0, 45.0]) == 55.0 and y_top([51.0]) == 100.0 and y_top([100.0]) == 100.0
