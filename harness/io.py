@@ -84,8 +84,8 @@ def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True) -> Iter
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        os.fchmod(fd, _NEW_FILE_MODE)
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+            os.fchmod(f.fileno(), _NEW_FILE_MODE)
             yield f
             f.flush()
             if fsync:
