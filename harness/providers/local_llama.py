@@ -649,9 +649,10 @@ class LocalLlamaAPI(ModelAPI):
             # generate every queued call, one after another, before it could exit)
             try:
                 response, seconds = await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
-            finally:
+            except BaseException:  # cancelled (or failed): a thread still waiting for a context gives up
                 abandoned.set()
                 pool.wake()
+                raise
         except ValueError as e:
             m = _CTX_ERROR.search(str(e))
             if not m:
