@@ -88,16 +88,13 @@ class KBCurator(Method):
 
     # -- learn ----------------------------------------------------------------------------------
     async def learn(self, source: Source, guidance: list[Task], ctx: LearnContext) -> dict[str, Any]:
-        if ctx.judge is None:
-            raise ConfigError("kb-curator: training needs the run's judge to score each forward attempt")
+        self._need_judge(ctx)
         cfg: KBCuratorConfig = self.config  # type: ignore[assignment]
         store = KnowledgeStore.from_source(source)
         index = StoreIndex(store, ctx.embedder, per_file_cap_for(source.kind))
         shared = await load_index(ctx)  # reuse the vectors of the shared index for K0
         index.seed_vectors(shared.elements, shared.embeddings)
-        tools = self._toolbox(store, index)
-        dedup = DedupGuard(index, ctx, threshold=cfg.dedup_threshold, neighbours=cfg.dedup_neighbours,
-                           max_tokens=cfg.dedup_max_tokens)
+        tools, dedup = self._curation(store, index, ctx)
         records: list[dict[str, Any]] = []
         for epoch in range(cfg.epochs):
             order = training_order(guidance, ctx.seed, epoch)
@@ -121,14 +118,11 @@ class KBCurator(Method):
         once, so ``epochs`` applies only to offline training; seed 002: the online variant needs "a
         different measurement, not a different curator"). The given state is not changed; the new
         store is saved to ``ctx.workdir``."""
-        if ctx.judge is None:
-            raise ConfigError("kb-curator: training needs the run's judge to score each forward attempt")
+        self._need_judge(ctx)
         cfg: KBCuratorConfig = self.config  # type: ignore[assignment]
         store = state.store.copy()
         index = state.index.for_store(store)
-        tools = self._toolbox(store, index)
-        dedup = DedupGuard(index, ctx, threshold=cfg.dedup_threshold, neighbours=cfg.dedup_neighbours,
-                           max_tokens=cfg.dedup_max_tokens)
+        tools, dedup = self._curation(store, index, ctx)
         records = []
         for i, task in enumerate(tasks, 1):
             ctx.progress(f"kb-curator: online, question {i}/{len(tasks)}")
@@ -136,6 +130,17 @@ class KBCurator(Method):
         self._save(ctx.workdir, store, index, tools, records)
         index.refresh()
         return KBState(store, index)
+
+    @staticmethod
+    def _need_judge(ctx: LearnContext) -> None:
+        if ctx.judge is None:
+            raise ConfigError("kb-curator: training needs the run's judge to score each forward attempt")
+
+    def _curation(self, store: KnowledgeStore, index: StoreIndex, ctx: LearnContext) -> tuple[ToolBox, DedupGuard]:
+        """The curator's tools over ``store`` and its near-duplicate guard (offline and online training)."""
+        cfg: KBCuratorConfig = self.config  # type: ignore[assignment]
+        return self._toolbox(store, index), DedupGuard(index, ctx, threshold=cfg.dedup_threshold,
+                                                       neighbours=cfg.dedup_neighbours, max_tokens=cfg.dedup_max_tokens)
 
     def _toolbox(self, store: KnowledgeStore, index: StoreIndex) -> ToolBox:
         cfg: KBCuratorConfig = self.config  # type: ignore[assignment]
