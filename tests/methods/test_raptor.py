@@ -501,3 +501,17 @@ def test_real_clustering_small_inputs_and_recluster_guard():
     # every node far over the token cap: re-clustering must terminate and still cover every node
     clusters = cluster_nodes(x, [5000] * 40, params)
     assert sorted({i for c in clusters for i in c}) == list(range(40))
+
+
+@pytest.mark.slow
+def test_real_clustering_in_worker_processes_gives_the_same_clusters():
+    """A large layer's local steps and re-clusterings run in a process pool; the clusters must not change."""
+    from dataclasses import replace
+
+    rng = np.random.default_rng(1)
+    x = (rng.normal(size=(90, 32)) + rng.integers(0, 3, size=(90, 1)) * 2.0).astype(np.float32)
+    tokens = [400] * 90  # over the cap after the first pass: re-clustering runs in the workers too
+    serial = cluster_nodes(x, tokens, ClusterParams(workers=1))
+    pooled = cluster_nodes(x, tokens, replace(ClusterParams(), workers=2, parallel_min_points=10))
+    assert pooled == serial
+    assert sorted({i for c in serial for i in c}) == list(range(90))
