@@ -202,7 +202,10 @@ def cluster_nodes(embeddings: np.ndarray, tokens: Sequence[int], params: Cluster
     2-core machine. A layer of at least ``params.parallel_min_points`` nodes spreads its local steps
     and re-clusterings over ``params.workers`` processes (each seeded as in one process: the same
     clusters); smaller layers would spend more on starting them (imports, numba compilation) than
-    they save. Embeddings stay float32 (UMAP's own precision), not a float64 copy of the layer.
+    they save. The workers are spawned (not forked: this process has threads running), so a script
+    that builds RAPTOR through the Python API on such a layer needs the usual
+    ``if __name__ == "__main__":`` guard; ``sourcebench`` has it. Embeddings stay float32 (UMAP's own
+    precision), not a float64 copy of the layer.
     """
     from threadpoolctl import threadpool_limits  # ships with scikit-learn
 
