@@ -87,7 +87,7 @@ def cosine_neighbours(x: np.ndarray, k: int, block: int = 1024) -> tuple[np.ndar
     idx = np.empty((n, k), dtype=np.int32)
     dist = np.empty((n, k), dtype=np.float32)
     rows = np.arange(n)
-    threads = 1 if _LIMITS or n <= block else (os.cpu_count() or 1)  # a pool worker shares the cores
+    threads = 1 if _WORKER_LIMITS or n <= block else (os.cpu_count() or 1)  # a pool worker shares the cores
     with threadpool_limits(limits=threads, user_api="blas"):
         for start in range(0, n, block):
             stop = min(n, start + block)
@@ -95,7 +95,7 @@ def cosine_neighbours(x: np.ndarray, k: int, block: int = 1024) -> tuple[np.ndar
             np.subtract(1.0, d, out=d)
             np.maximum(d, 0.0, out=d)
             d[rows[: stop - start], rows[start:stop]] = -1.0  # itself first, whatever the rounding
-            part = np.argpartition(d, k - 1, axis=1)[:, :k] if k < n else np.tile(rows, (stop - start, 1))
+            part = np.argpartition(d, k - 1, axis=1)[:, :k]
             pd = np.take_along_axis(d, part, axis=1)
             order = np.lexsort((part, pd), axis=1)
             idx[start:stop] = np.take_along_axis(part, order, axis=1)
@@ -219,7 +219,7 @@ def cluster_nodes(embeddings: np.ndarray, tokens: Sequence[int], params: Cluster
             return _cluster_recursive(x, list(tokens), params, 0, pool.map)
 
 
-_LIMITS: list[Any] = []
+_WORKER_LIMITS: list[Any] = []  # set in a pool worker (its one-thread limits, kept alive): 'am I a worker'
 
 
 def _single_threaded() -> None:
@@ -228,7 +228,7 @@ def _single_threaded() -> None:
     import numba
     from threadpoolctl import threadpool_limits
 
-    _LIMITS.append(threadpool_limits(limits=1))
+    _WORKER_LIMITS.append(threadpool_limits(limits=1))
     numba.set_num_threads(1)
 
 
