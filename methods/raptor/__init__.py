@@ -108,7 +108,10 @@ class RAPTOR(Method):
     name = "raptor"
     # 2: code files chunked once, as their non-overlapping pieces (was: file and every symbol)
     # 3: UMAP on exact cosine neighbours computed here (was: UMAP's own; NN-descent above 4,096 points)
-    version = "3"
+    # 4: every k-means start single-threaded (was: as many OpenMP threads as cores, whenever scikit-learn
+    #    was first loaded inside the thread limit; its centres then depend on the thread count), and
+    #    ARPACK's restarts in the spectral start seeded (were unseeded: clusters changed between runs)
+    version = "4"
     Config = RAPTORConfig
     uses_guidance = False
     description = "tree of recursive cluster summaries (UMAP + GMM); top 10 nodes of all layers within 3,500 tokens"
@@ -124,6 +127,10 @@ class RAPTOR(Method):
          "(official UMAP: exact below 4,096 points, NN-descent's approximate ones above, which took minutes on a "
          "large repository's leaves); below 4,096 the neighbour sets are the same and the fuzzy graph agrees to "
          "float32 rounding, which the seeded layout does not reproduce bit for bit"),
+        ("ARPACK's random restarts in UMAP's spectral start are seeded (official: unseeded, so on a component of "
+         "identical points, e.g. duplicated code, the start and the clusters change from run to run)"),
+        ("the k-means start of every mixture runs on one thread (official: scikit-learn's default, one per core; "
+         "its centres depend on the thread count in the last bits, so the clusters could differ between machines)"),
         "a failed (or empty) summary call makes no node: it is recorded in tree.json, never embedded as text",
         ("sentences keep their punctuation and line breaks; an over-long sentence is cut at ,;: then whitespace "
          "then characters so no leaf exceeds 100 tokens"),

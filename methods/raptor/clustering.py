@@ -26,10 +26,16 @@ Guards and choices the official code lacks (listed as deviations of the method):
   instead of computing them itself (official UMAP: exact below 4,096 points, from distances evaluated
   pair by pair through Python, and NN-descent's approximate ones above): the same neighbour sets, a
   fuzzy graph equal to float32 rounding, and minutes less on a large repository's leaves.
+- ARPACK's random restarts in UMAP's spectral start are seeded (``seeded_arpack_restarts``): on a
+  component of identical points the official code's start changes from call to call;
+- BLAS, OpenMP and numba run on one thread (``one_thread``), the k-means start of each mixture included:
+  scikit-learn's k-means centres depend on its OpenMP thread count in the last bits, so with one
+  thread per core (its default) the clusters could differ between machines.
 
 How, not what (the clusters do not change): the mixtures are fitted by ``mixture.fit_mixture``,
-scikit-learn's algorithm with the components batched; a layer of at least ``parallel_min_points``
-nodes runs its local steps and re-clusterings in worker processes.
+scikit-learn's algorithm with the components batched; on a source of at least ``parallel_min_points``
+leaves the independent steps (a BIC sweep's fits, the local steps, the re-clusterings) run in worker
+processes, one pool for the whole tree, largest tasks first.
 
 ``umap`` is imported inside ``reduce_dimensions``: importing it costs seconds and its first fit pays
 a numba compilation, which only the building of a tree should pay.
@@ -37,11 +43,14 @@ a numba compilation, which only the building of a tree should pay.
 
 from __future__ import annotations
 
+import inspect
 import multiprocessing
 import os
+import threading
 import warnings
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +72,8 @@ class ClusterParams:
     seed: int = 224
     max_depth: int = 8  # re-clustering recursion bound (a guard; the official code has none)
     # how, not what: the clusters are the same for any of these (not part of the method's config)
-    workers: int = 0  # processes for a large layer's local steps; 0: one per CPU
-    parallel_min_points: int = 8000
+    workers: int = 0  # worker processes for a large source; 0: one per CPU
+    parallel_min_points: int = 4000  # leaves from which a tree starts worker processes
 
 
 def cosine_neighbours(x: np.ndarray, k: int, block: int = 1024) -> tuple[np.ndarray, np.ndarray]:
@@ -112,7 +121,7 @@ def reduce_dimensions(x: np.ndarray, n_components: int, n_neighbors: int, seed: 
     n_components = max(1, min(n_components, n - 2))
     n_neighbors = max(2, min(n_neighbors, n - 1))
     knn = cosine_neighbours(x, n_neighbors)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), seeded_arpack_restarts(seed):
         warnings.simplefilter("ignore")  # n_jobs/random_state notice, spectral fallback notice
         reducer = umap.UMAP(
             n_neighbors=n_neighbors, n_components=n_components, metric="cosine", random_state=seed, n_jobs=1,
@@ -121,24 +130,75 @@ def reduce_dimensions(x: np.ndarray, n_components: int, n_neighbors: int, seed: 
         return np.asarray(reducer.fit_transform(x), dtype=np.float64)
 
 
-def fit_best_mixture(x: np.ndarray, max_clusters: int, seed: int) -> Mixture:
-    """The Gaussian mixture with the lowest BIC among ``1 .. min(max_clusters, n) - 1`` components."""
-    n = len(x)
-    best, best_bic = None, np.inf
-    for k in range(1, max(2, min(max_clusters, n))):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # k-means ConvergenceWarning on tiny or degenerate inputs
-            gm = fit_mixture(x, k, seed)
-        bic = gm.bic(x)
-        if bic < best_bic:  # strict: ties keep the smaller mixture, as argmin does
-            best, best_bic = gm, bic
-    assert best is not None
-    return best
+_ARPACK_LOCK = threading.Lock()
 
 
-def soft_labels(x: np.ndarray, threshold: float, max_clusters: int, seed: int) -> tuple[list[list[int]], int]:
+@contextmanager
+def seeded_arpack_restarts(seed: int) -> Iterator[None]:
+    """``scipy.sparse.linalg.eigsh`` with its random restart vectors drawn from ``seed`` meanwhile.
+
+    UMAP's spectral start runs ARPACK from an all-ones vector and passes it no generator. On a
+    regular graph component (identical points: duplicated code or text gives a complete graph of
+    equal weights) that vector is an exact eigenvector, the Lanczos iteration breaks down at once and
+    ARPACK restarts from a vector of its own generator, unseeded: the start, and so the layout and
+    the clusters, changed from call to call (seen on sphinx's leaves; lmcinnes/umap issue 1277).
+    Where no restart happens the generator is never drawn from, so every other layout is unchanged.
+    A lock keeps two threads' patches from interleaving; scipy without eigsh's ``rng`` is left as is.
+    """
+    import scipy.sparse.linalg as sla
+
+    with _ARPACK_LOCK:
+        original = sla.eigsh
+        if "rng" not in inspect.signature(original).parameters:
+            yield
+            return
+
+        def eigsh(*args: Any, **kwargs: Any) -> Any:
+            kwargs.setdefault("rng", np.random.default_rng(seed))
+            return original(*args, **kwargs)
+
+        sla.eigsh = eigsh
+        try:
+            yield
+        finally:
+            sla.eigsh = original
+
+
+Mapper = Callable[..., Iterable[Any]]  # ``map``, or an ordered process-pool ``map``
+
+
+def largest_first(mapper: Mapper, fn: Callable[..., Any], sizes: Sequence[float], *args: Sequence[Any]) -> list[Any]:
+    """``list(mapper(fn, *args))``, with the tasks handed out largest first (a pool's last task is then
+    a small one, not the biggest) and the results taken back in the given order."""
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    out: list[Any] = [None] * len(order)
+    for i, result in zip(order, mapper(fn, *[[a[i] for i in order] for a in args])):
+        out[i] = result
+    return out
+
+
+def _fit_scored(x: np.ndarray, k: int, seed: int) -> tuple[float, Mixture]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # k-means ConvergenceWarning on tiny or degenerate inputs
+        gm = fit_mixture(x, k, seed)
+    return gm.bic(x), gm
+
+
+def fit_best_mixture(x: np.ndarray, max_clusters: int, seed: int, mapper: Mapper = map) -> Mixture:
+    """The Gaussian mixture with the lowest BIC among ``1 .. min(max_clusters, n) - 1`` components.
+
+    The fits are independent (each seeded alike), so ``mapper`` may run them in other processes."""
+    ks = list(range(1, max(2, min(max_clusters, len(x)))))
+    fits = largest_first(mapper, _fit_scored, ks, [x] * len(ks), ks, [seed] * len(ks))
+    bics = np.array([bic for bic, _ in fits])
+    best = int(np.argmin(np.where(np.isnan(bics), np.inf, bics)))  # ties keep the smaller mixture
+    return fits[best][1]
+
+
+def soft_labels(x: np.ndarray, threshold: float, max_clusters: int, seed: int,
+                mapper: Mapper = map) -> tuple[list[list[int]], int]:
     """Per point, the mixture components it joins (posterior > threshold; else its most likely one)."""
-    gm = fit_best_mixture(x, max_clusters, seed)
+    gm = fit_best_mixture(x, max_clusters, seed, mapper)
     probs = gm.predict_proba(x)
     labels = []
     for p in probs:
@@ -154,9 +214,6 @@ def _members(labels: list[list[int]], k: int) -> list[list[int]]:
         for c in joined:
             out[c].append(i)
     return [m for m in out if m]
-
-
-Mapper = Callable[..., Iterable[Any]]  # ``map``, or an ordered process-pool ``map``
 
 
 def _local_pass(x: np.ndarray, params: ClusterParams) -> list[list[int]]:
@@ -180,10 +237,10 @@ def global_local_clusters(x: np.ndarray, params: ClusterParams, mapper: Mapper =
     dim = params.reduction_dimension
     init = params.umap_init if n > dim + 1 else "random"
     reduced = reduce_dimensions(x, min(dim, n - 2), int(np.sqrt(n - 1)), params.seed, init)
-    labels, k = soft_labels(reduced, params.threshold, params.max_clusters, params.seed)
+    labels, k = soft_labels(reduced, params.threshold, params.max_clusters, params.seed, mapper)
     groups = _members(labels, k)
     big = [m for m in groups if len(m) > dim + 1]
-    local = iter(mapper(_local_pass, [x[m] for m in big], [params] * len(big)))
+    local = iter(largest_first(mapper, _local_pass, [len(m) for m in big], [x[m] for m in big], [params] * len(big)))
     clusters: list[list[int]] = []
     for members in groups:
         if len(members) <= dim + 1:
@@ -193,43 +250,76 @@ def global_local_clusters(x: np.ndarray, params: ClusterParams, mapper: Mapper =
     return clusters
 
 
-def cluster_nodes(embeddings: np.ndarray, tokens: Sequence[int], params: ClusterParams) -> list[list[int]]:
+@contextmanager
+def worker_pool(params: ClusterParams, n_points: int) -> Iterator[Mapper | None]:
+    """An ordered ``map`` over ``params.workers`` processes when a layer of ``n_points`` is worth them
+    (at least ``params.parallel_min_points``), else ``None``.
+
+    A tree opens one for all its layers, so each worker's start (imports, numba compilation: seconds)
+    is paid once and the smaller upper layers use the warm workers too. The workers are spawned (not
+    forked: this process has threads running), so a script that builds RAPTOR through the Python API
+    on such a source needs the usual ``if __name__ == "__main__":`` guard; ``sourcebench`` has it.
+    """
+    workers = params.workers if params.workers > 0 else (os.cpu_count() or 1)
+    if workers < 2 or n_points < params.parallel_min_points:
+        yield None
+        return
+    ctx = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_single_threaded) as pool:
+        yield pool.map
+
+
+def cluster_nodes(embeddings: np.ndarray, tokens: Sequence[int], params: ClusterParams,
+                  mapper: Mapper | None = None) -> list[list[int]]:
     """Clusters of one layer (row indices), re-clustering any cluster over ``max_cluster_tokens``.
 
     Clusters come in a deterministic order (component order, depth first); a node can be in several.
-    BLAS and OpenMP run single-threaded meanwhile: the mixtures are tiny, and thread pools (BLAS, and
-    OpenMP in the k-means start of each mixture) made the BIC sweep several times slower on a busy
-    2-core machine. A layer of at least ``params.parallel_min_points`` nodes spreads its local steps
-    and re-clusterings over ``params.workers`` processes (each seeded as in one process: the same
-    clusters); smaller layers would spend more on starting them (imports, numba compilation) than
-    they save. The workers are spawned (not forked: this process has threads running), so a script
-    that builds RAPTOR through the Python API on such a layer needs the usual
-    ``if __name__ == "__main__":`` guard; ``sourcebench`` has it. Embeddings stay float32 (UMAP's own
-    precision), not a float64 copy of the layer.
+    BLAS and OpenMP run single-threaded meanwhile (``one_thread``): the mixtures are tiny, thread
+    pools (BLAS, and OpenMP in the k-means start of each mixture) made the BIC sweep several times
+    slower on a busy 2-core machine, and k-means's result depends on its thread count. The
+    independent steps (a sweep's mixture fits, the local steps, the re-clusterings; each seeded as in
+    one process: the same clusters) run through ``mapper`` when one is given (a ``worker_pool``), else
+    through a pool of this call's own for a layer of at least ``params.parallel_min_points`` nodes;
+    smaller layers would spend more on starting workers than they save. Embeddings stay float32 (UMAP's own precision), not a float64 copy of the layer.
     """
-    from threadpoolctl import threadpool_limits  # ships with scikit-learn
-
     x = np.asarray(embeddings, dtype=np.float32)
-    workers = params.workers if params.workers > 0 else (os.cpu_count() or 1)
-    with threadpool_limits(limits=1):
-        if workers < 2 or len(x) < params.parallel_min_points:
-            return _cluster_recursive(x, list(tokens), params, 0)
-        ctx = multiprocessing.get_context("spawn")  # no fork of a process that has threads running
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_single_threaded) as pool:
-            return _cluster_recursive(x, list(tokens), params, 0, pool.map)
+    with one_thread():
+        if mapper is not None:
+            return _cluster_recursive(x, list(tokens), params, 0, mapper)
+        with worker_pool(params, len(x)) as own:
+            return _cluster_recursive(x, list(tokens), params, 0, own or map)
 
 
-_WORKER_LIMITS: list[Any] = []  # set in a pool worker (its one-thread limits, kept alive): 'am I a worker'
+_WORKER_LIMITS: list[Any] = []  # set in a pool worker (its one-thread context, entered for good): 'am I a worker'
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """BLAS, OpenMP and numba on one thread meanwhile, with the libraries that bring their own
+    runtimes loaded first: a ``threadpoolctl`` limit reaches only the runtimes already loaded, and
+    scikit-learn's OpenMP (its k-means), loaded later by the first mixture fit, kept a second thread
+    spinning, which made two processes' BIC sweeps 3.4 times slower side by side. numba's count is
+    this thread's (UMAP's parallel helpers then reduce in one order, as in a worker)."""
+    import numba
+    import sklearn.cluster  # noqa: F401  (its OpenMP runtime)
+    import umap  # noqa: F401  (numba, pynndescent, scipy's BLAS)
+    from threadpoolctl import threadpool_limits
+
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    try:
+        with threadpool_limits(limits=1):
+            yield
+    finally:
+        numba.set_num_threads(before)
 
 
 def _single_threaded() -> None:
     """Pool worker start: BLAS, OpenMP and numba at one thread for the worker's life (the workers
     share the cores; more threads would only contend)."""
-    import numba
-    from threadpoolctl import threadpool_limits
-
-    _WORKER_LIMITS.append(threadpool_limits(limits=1))
-    numba.set_num_threads(1)
+    limits = one_thread()
+    limits.__enter__()
+    _WORKER_LIMITS.append(limits)
 
 
 def _cluster_recursive(x: np.ndarray, tokens: list[int], params: ClusterParams, depth: int,
@@ -240,8 +330,9 @@ def _cluster_recursive(x: np.ndarray, tokens: list[int], params: ClusterParams, 
     again = {g for g, m in enumerate(groups) if sum(tokens[i] for i in m) > params.max_cluster_tokens
              and 1 < len(m) < len(x) and depth < params.max_depth}
     picked = [groups[g] for g in sorted(again)]
-    subs = iter(mapper(_cluster_recursive, [x[m] for m in picked], [[tokens[i] for i in m] for m in picked],
-                       [params] * len(picked), [depth + 1] * len(picked)))
+    subs = iter(largest_first(mapper, _cluster_recursive, [len(m) for m in picked], [x[m] for m in picked],
+                              [[tokens[i] for i in m] for m in picked], [params] * len(picked),
+                              [depth + 1] * len(picked)))
     out: list[list[int]] = []
     for g, members in enumerate(groups):
         if g in again:

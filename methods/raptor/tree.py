@@ -30,7 +30,7 @@ from harness.errors import DataError
 from harness.io import atomic_write_text
 
 from .chunking import Chunk
-from .clustering import ClusterParams, cluster_nodes
+from .clustering import ClusterParams, cluster_nodes, worker_pool
 
 TREE_FILE = "tree.json"
 EMBEDDINGS_FILE = "embeddings.npy"
@@ -158,28 +158,29 @@ async def build_tree(
     blocks = [embedder.embed([n.text for n in nodes])]
     tree = Tree(nodes, blocks[0], embedder.name)
     current = list(range(len(nodes)))
-    for layer in range(1, num_layers + 1):
-        if len(current) <= params.reduction_dimension + 1:
-            break
-        emb = np.concatenate(blocks)[current]
-        tokens = [nodes[i].tokens for i in current]
-        progress(f"RAPTOR layer {layer}: clustering {len(current)} nodes")
-        clusters = await asyncio.to_thread(cluster_nodes, emb, tokens, params)
-        members = [[current[j] for j in c] for c in clusters]
-        progress(f"RAPTOR layer {layer}: summarising {len(members)} clusters")
-        summaries = await asyncio.gather(*(summarise(cluster_text([nodes[i] for i in m])) for m in members))
-        new: list[Node] = []
-        for m, outcome in zip(members, summaries):
-            if not outcome.ok:
-                tree.failed_summaries.append({"layer": layer, "children": m, "error": outcome.error or "empty summary"})
-                continue
-            new.append(Node(len(nodes) + len(new), layer, outcome.text.strip(), m,
-                            _union([nodes[i].element_ids for i in m]), f"summary (layer {layer})"))
-        if not new:
-            break
-        nodes.extend(new)
-        blocks.append(embedder.embed([n.text for n in new]))
-        current = [n.index for n in new]
+    with worker_pool(params, len(nodes)) as mapper:  # one pool (or none) for all the layers
+        for layer in range(1, num_layers + 1):
+            if len(current) <= params.reduction_dimension + 1:
+                break
+            emb = np.concatenate(blocks)[current]
+            tokens = [nodes[i].tokens for i in current]
+            progress(f"RAPTOR layer {layer}: clustering {len(current)} nodes")
+            clusters = await asyncio.to_thread(cluster_nodes, emb, tokens, params, mapper)
+            members = [[current[j] for j in c] for c in clusters]
+            progress(f"RAPTOR layer {layer}: summarising {len(members)} clusters")
+            summaries = await asyncio.gather(*(summarise(cluster_text([nodes[i] for i in m])) for m in members))
+            new: list[Node] = []
+            for m, outcome in zip(members, summaries):
+                if not outcome.ok:
+                    tree.failed_summaries.append({"layer": layer, "children": m, "error": outcome.error or "empty summary"})
+                    continue
+                new.append(Node(len(nodes) + len(new), layer, outcome.text.strip(), m,
+                                _union([nodes[i].element_ids for i in m]), f"summary (layer {layer})"))
+            if not new:
+                break
+            nodes.extend(new)
+            blocks.append(embedder.embed([n.text for n in new]))
+            current = [n.index for n in new]
     tree.embeddings = np.concatenate(blocks).astype(np.float32, copy=False)
     return tree
 

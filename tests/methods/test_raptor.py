@@ -31,7 +31,7 @@ from methods.evidence import context_key, prompt_tokens
 from methods.raptor import RAPTOR
 from methods.raptor import tree as tree_mod
 from methods.raptor.chunking import chunk_elements, split_sentences
-from methods.raptor.clustering import ClusterParams, cluster_nodes
+from methods.raptor.clustering import ClusterParams, cluster_nodes, largest_first, worker_pool
 from methods.raptor.tree import Node, Tree, collapsed_retrieve, covering, format_tree
 
 TOPICS = {
@@ -96,7 +96,7 @@ def learn(tmp_path: Path, source: Source, model: str = "scripted/unit", tag: str
 def fixed_groups(size: int):
     """A stand-in for cluster_nodes: consecutive groups of ``size`` (no UMAP, exact layer sizes)."""
 
-    def fake(embeddings, tokens, params):
+    def fake(embeddings, tokens, params, mapper=None):
         n = len(embeddings)
         return [list(range(i, min(i + size, n))) for i in range(0, n, size)]
 
@@ -515,3 +515,80 @@ def test_real_clustering_in_worker_processes_gives_the_same_clusters():
     pooled = cluster_nodes(x, tokens, replace(ClusterParams(), workers=2, parallel_min_points=10))
     assert pooled == serial
     assert sorted({i for c in serial for i in c}) == list(range(90))
+    # one pool for a tree's layers: a second, smaller layer on the warm workers, same clusters
+    params = replace(ClusterParams(), workers=2, parallel_min_points=10)
+    with worker_pool(params, 90) as mapper:
+        assert mapper is not None
+        assert cluster_nodes(x, tokens, params, mapper) == serial
+        assert cluster_nodes(x[:40], tokens[:40], params, mapper) == cluster_nodes(x[:40], tokens[:40], ClusterParams(workers=1))
+
+
+def test_worker_pool_only_for_a_source_worth_it():
+    with worker_pool(ClusterParams(workers=2, parallel_min_points=100), 99) as mapper:
+        assert mapper is None
+    with worker_pool(ClusterParams(workers=1, parallel_min_points=1), 10_000) as mapper:
+        assert mapper is None
+
+
+def test_largest_first_hands_out_big_tasks_first_and_keeps_the_order():
+    handed: list[int] = []
+
+    def recording_map(fn, *its):
+        for args in zip(*its):
+            handed.append(args[0])
+            yield fn(*args)
+
+    out = largest_first(recording_map, lambda a, b: a * 10 + b, [2, 9, 1, 5], [2, 9, 1, 5], [0, 1, 2, 3])
+    assert out == [20, 91, 12, 53]  # the given order
+    assert handed == [9, 5, 2, 1]  # largest first
+
+
+def test_one_thread_reaches_the_openmp_runtime_that_k_means_loads():
+    """A thread limit reaches only runtimes already loaded: scikit-learn's OpenMP must be among them,
+    or a second OpenMP thread spins beside every k-means start (3.4x slower BIC sweeps side by side).
+    In a fresh interpreter, where nothing has loaded scikit-learn yet."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, numpy as np\n"
+        "from methods.raptor.clustering import one_thread\n"
+        "import numba\n"
+        "with one_thread():\n"
+        "    assert numba.get_num_threads() == 1\n"
+        "    from sklearn.cluster import KMeans\n"
+        "    from threadpoolctl import threadpool_info\n"
+        "    KMeans(n_clusters=2, n_init=1, random_state=0).fit(np.arange(20.0).reshape(10, 2))\n"
+        "    print(json.dumps(threadpool_info()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    info = json.loads(out.stdout.strip().splitlines()[-1])
+    assert any(lib["user_api"] == "openmp" for lib in info), info
+    assert all(lib["num_threads"] == 1 for lib in info), info
+
+
+def test_umap_spectral_start_is_reproducible_on_a_regular_component():
+    """Identical points (duplicated code) form a complete, regular graph component; there UMAP's
+    spectral start (ARPACK from an all-ones vector) restarts from ARPACK's own unseeded generator
+    unless ``seeded_arpack_restarts`` seeds it (lmcinnes/umap issue 1277)."""
+    import scipy.sparse as sp
+    from umap.spectral import spectral_layout
+
+    from methods.raptor.clustering import seeded_arpack_restarts
+
+    rng = np.random.default_rng(0)
+    complete = np.ones((21, 21)) - np.eye(21)  # 21 identical points, 10 neighbours each and more
+    ring = np.roll(np.eye(30), 1, axis=1) + np.roll(np.eye(30), -1, axis=1)  # regular too
+    other = rng.random((40, 40)) * (rng.random((40, 40)) < 0.2)
+    other = np.maximum(other, other.T) + np.diag(np.ones(39), 1) + np.diag(np.ones(39), -1)  # connected
+    np.fill_diagonal(other, 0)
+    graph = sp.coo_matrix(sp.block_diag([complete, ring, other]))
+    data = rng.normal(size=(91, 8))
+
+    def start() -> np.ndarray:
+        return spectral_layout(data, graph, 10, np.random.RandomState(224))
+
+    with seeded_arpack_restarts(224):
+        runs = [start() for _ in range(4)]
+    assert all(np.array_equal(runs[0], r) for r in runs[1:])
