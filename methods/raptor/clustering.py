@@ -137,11 +137,12 @@ _ARPACK_LOCK = threading.Lock()
 def seeded_arpack_restarts(seed: int) -> Iterator[None]:
     """``scipy.sparse.linalg.eigsh`` with its random restart vectors drawn from ``seed`` meanwhile.
 
-    UMAP's spectral start runs ARPACK from an all-ones vector and passes it no generator. On a
-    regular graph component (identical points: duplicated code or text gives a complete graph of
-    equal weights) that vector is an exact eigenvector, the Lanczos iteration breaks down at once and
-    ARPACK restarts from a vector of its own generator, unseeded: the start, and so the layout and
-    the clusters, changed from call to call (seen on sphinx's leaves; lmcinnes/umap issue 1277).
+    UMAP's spectral start runs ARPACK from an all-ones vector and passes it no generator. On some
+    graph components, regular ones (identical points: duplicated code or text gives a complete graph
+    of equal weights, where that vector is an exact eigenvector) and small ones (a 20-point component
+    of sphinx's leaves), the Lanczos iteration breaks down and ARPACK restarts from a vector of its
+    own generator, unseeded: the start, and so the layout and the clusters, changed from call to call
+    even in one process (lmcinnes/umap issue 1277).
     Where no restart happens the generator is never drawn from, so every other layout is unchanged.
     A lock keeps two threads' patches from interleaving; scipy without eigsh's ``rng`` is left as is.
     """
@@ -274,13 +275,14 @@ def cluster_nodes(embeddings: np.ndarray, tokens: Sequence[int], params: Cluster
     """Clusters of one layer (row indices), re-clustering any cluster over ``max_cluster_tokens``.
 
     Clusters come in a deterministic order (component order, depth first); a node can be in several.
-    BLAS and OpenMP run single-threaded meanwhile (``one_thread``): the mixtures are tiny, thread
+    BLAS, OpenMP and numba run single-threaded meanwhile (``one_thread``): the mixtures are tiny, thread
     pools (BLAS, and OpenMP in the k-means start of each mixture) made the BIC sweep several times
     slower on a busy 2-core machine, and k-means's result depends on its thread count. The
     independent steps (a sweep's mixture fits, the local steps, the re-clusterings; each seeded as in
     one process: the same clusters) run through ``mapper`` when one is given (a ``worker_pool``), else
     through a pool of this call's own for a layer of at least ``params.parallel_min_points`` nodes;
-    smaller layers would spend more on starting workers than they save. Embeddings stay float32 (UMAP's own precision), not a float64 copy of the layer.
+    smaller layers would spend more on starting workers than they save. Embeddings stay float32
+    (UMAP's own precision), not a float64 copy of the layer.
     """
     x = np.asarray(embeddings, dtype=np.float32)
     with one_thread():
