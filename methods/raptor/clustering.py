@@ -27,7 +27,7 @@ Guards and choices the official code lacks (listed as deviations of the method):
   pair by pair through Python, and NN-descent's approximate ones above): the same neighbour sets, a
   fuzzy graph equal to float32 rounding, and minutes less on a large repository's leaves.
 - ARPACK's random restarts in UMAP's spectral start are seeded (``seeded_arpack_restarts``): on a
-  component of identical points the official code's start changes from call to call;
+  component of identical points the official code's start changes from call to call.
 - BLAS, OpenMP and numba run on one thread (``one_thread``), the k-means start of each mixture included:
   scikit-learn's k-means centres depend on its OpenMP thread count in the last bits, so with one
   thread per core (its default) the clusters could differ between machines.

@@ -162,7 +162,7 @@ async def build_tree(
         for layer in range(1, num_layers + 1):
             if len(current) <= params.reduction_dimension + 1:
                 break
-            emb = np.concatenate(blocks)[current]
+            emb = blocks[-1]  # the current layer's nodes are the last block, in order (no copy of the tree)
             tokens = [nodes[i].tokens for i in current]
             progress(f"RAPTOR layer {layer}: clustering {len(current)} nodes")
             clusters = await asyncio.to_thread(cluster_nodes, emb, tokens, params, mapper)
