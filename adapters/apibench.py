@@ -14,11 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from harness.data import Answer, Element, Score, Source, Task
-from harness.errors import ConfigError, DataError
-from harness.io import iter_jsonl, require_fields
-
-from .base import Benchmark
+from sourcebench.adapters.fetch import FetchedData
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.data import Answer, Element, Score, Source, Task
+from sourcebench.harness.errors import ConfigError, DataError
+from sourcebench.harness.io import iter_jsonl, require_fields
 
 HUB_FILES = {
     "torchhub": ("torchhub_api.jsonl", "torchhub_eval.json", "questions_torchhub_0_shot.jsonl"),
@@ -41,7 +41,7 @@ def render_api(rec: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-class APIBench(Benchmark):
+class APIBench(FetchedData, Benchmark):
     name = "apibench"
     version = "1-A"
     subdir = "apibench"
@@ -133,7 +133,7 @@ class APIBench(Benchmark):
     _dbs: dict[str, Any] = {}
 
     def _db(self, hub: str) -> Any:
-        from judges.apibench_ast import APIDatabase
+        from sourcebench.judges.apibench_ast import APIDatabase
 
         key = f"{self.data_root()}:{hub}"
         if key not in self._dbs:
@@ -143,7 +143,7 @@ class APIBench(Benchmark):
     async def score(self, task: Task, answer: Answer, judge=None) -> Score:
         if answer.failed:
             return Score(value=0.0, correct=False, judge=self.scorer_name, failed=True, failure_reason=answer.failure_reason)
-        from judges.apibench_ast import evaluate_response
+        from sourcebench.judges.apibench_ast import evaluate_response
 
         hub = task.source_id
         v = evaluate_response(answer.text, hub, self._db(hub), task.reference)

@@ -17,8 +17,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from adapters.base import DataStatus, default_data_dirs
-from harness.errors import DataError
+from sourcebench.harness.benchmark import DataStatus, default_data_dirs
+from sourcebench.harness.errors import DataError
 
 HUB_HOST = "huggingface.co"
 

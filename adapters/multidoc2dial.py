@@ -30,13 +30,14 @@ from typing import Any
 
 import numpy as np
 
-from harness.data import Answer, Element, Score, Source, Task, stable_hash
-from harness.errors import ConfigError, DataError
-from harness.io import read_json
-from judges.llm_judge import JUDGE_NAME, llm_judge
+from sourcebench.adapters.fetch import FetchedData
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.data import Answer, Element, Score, Source, Task, stable_hash
+from sourcebench.harness.errors import ConfigError, DataError
+from sourcebench.harness.io import read_json
+from sourcebench.judges.llm_judge import JUDGE_NAME, llm_judge
 
 from .availability import Availability, candidate_dirs, hub_status, iter_rows, parquet_url
-from .base import Benchmark
 
 DOMAINS = ("dmv", "ssa", "studentaid", "va")
 DOMAIN_NAMES = {"dmv": "New York DMV", "ssa": "Social Security Administration",
@@ -141,7 +142,7 @@ def render_question(utterance: str, history: list[dict[str, Any]]) -> str:
     return q
 
 
-class MultiDoc2Dial(Benchmark):
+class MultiDoc2Dial(FetchedData, Benchmark):
     name = "multidoc2dial"
     version = "2-A"  # 2: the official turn rule (replies that ask back are kept)
     subdir = "multidoc2dial"

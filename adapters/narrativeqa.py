@@ -23,19 +23,24 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import logging
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from harness.data import Answer, Score, Source, Task
-from harness.elements import split_story
-from harness.errors import ConfigError, DataError
-from harness.io import iter_jsonl
-from judges.llm_judge import JUDGE_NAME, llm_judge
+from sourcebench.adapters.fetch import FetchedData
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.data import Answer, Score, Source, Task
+from sourcebench.harness.elements import split_story
+from sourcebench.harness.errors import ConfigError, DataError
+from sourcebench.harness.io import atomic_file, iter_jsonl
+from sourcebench.judges.llm_judge import JUDGE_NAME, llm_judge
 
 from .availability import Availability, candidate_dirs, hub_status, iter_rows
-from .base import Benchmark
+from .fetch.download import sha256_of
+from .fetch.manifest import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +131,7 @@ def drop_near_duplicates(tasks: list[Task]) -> list[Task]:
     return kept
 
 
-class NarrativeQA(Benchmark):
+class NarrativeQA(FetchedData, Benchmark):
     name = "narrativeqa"
     version = "1-A"
     subdir = "narrativeqa"
@@ -216,8 +221,6 @@ class NarrativeQA(Benchmark):
         logged and the run goes on with the streamed rows)."""
         rows = list(self.hub_rows(ids))
         if rows:
-            from .fetch.narrativeqa import save_snapshot
-
             folder = candidate_dirs(self)[0]
             try:
                 path = save_snapshot(folder, self, [r for _, r in rows])
@@ -317,3 +320,27 @@ def _parquet_rows(path: Path, ids: set[str]):
     except Exception as e:  # pyarrow raises ArrowInvalid and friends on foreign files
         raise DataError(f"{path}: not a NarrativeQA parquet file ({type(e).__name__}: {str(e)[:200]})") from None
     yield from table.to_pylist()
+
+
+DOC_KEYS_AFTER_FIRST = ("id", "kind", "url", "start", "end")  # the story text and summary go in the first row
+
+
+def save_snapshot(folder: Path, bench: Any, rows: Iterable[dict[str, Any]]) -> Path:
+    """Write ``rows`` (one selection's rows, Hub format) as the snapshot of ``bench``'s selection and
+    record it in the folder's manifest; returns the file's path."""
+    path = Path(folder) / bench.snapshot_name()
+    seen: set[str] = set()
+    stories: dict[str, int] = {}
+    with atomic_file(path) as f:
+        for row in rows:
+            doc = row["document"]
+            doc_id = str(doc["id"])
+            if doc_id in seen:
+                row = {**row, "document": {k: doc[k] for k in DOC_KEYS_AFTER_FIRST if k in doc}}
+            seen.add(doc_id)
+            stories[doc_id] = stories.get(doc_id, 0) + 1
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
+    Manifest(folder, "narrativeqa", lambda _: None).record(
+        path.name, source=f"huggingface:deepmind/narrativeqa@{bench.revision()}", split="test",
+        rows_per_story=stories, size=path.stat().st_size, sha256=sha256_of(path))
+    return path

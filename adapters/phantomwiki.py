@@ -19,14 +19,14 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from harness.data import Answer, Score, Source, Task
-from harness.elements import split_markdown
-from harness.errors import DataError
-from harness.io import read_json, require_fields
-from harness.llm import bounded_list, bounded_text
-from judges.exact_f1 import exact_f1
-
-from .base import Benchmark, DataStatus, default_data_dirs
+from sourcebench.adapters.fetch import FetchedData
+from sourcebench.harness.benchmark import Benchmark, DataStatus, default_data_dirs
+from sourcebench.harness.data import Answer, Score, Source, Task
+from sourcebench.harness.elements import split_markdown
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.io import read_json, require_fields
+from sourcebench.harness.schema_limits import bounded_list, bounded_text
+from sourcebench.judges.exact_f1 import exact_f1
 
 BUNDLED = Path(__file__).resolve().parent / "phantomwiki_data"  # official generator output, trimmed
 _bundled_notice_given = False  # the notice is printed once per process
@@ -159,7 +159,7 @@ def _has_instance(d: Path) -> bool:
     return d.is_dir() and any((p / "articles.json").is_file() for p in d.iterdir() if p.is_dir())
 
 
-class PhantomWiki(Benchmark):
+class PhantomWiki(FetchedData, Benchmark):
     name = "phantomwiki"
     version = "1-C"  # 1-B: the answer schema bounds the list and each answer; 1-C: phantom_eval F1 exactly
     subdir = "phantomwiki"
@@ -289,7 +289,7 @@ class PhantomWiki(Benchmark):
         try:
             lim = int(md)
         except ValueError:
-            from harness.errors import ConfigError
+            from sourcebench.harness.errors import ConfigError
 
             raise ConfigError(f"phantomwiki: --opt max_difficulty={md!r} is not an integer") from None
         return [t for t in tasks if (t.metadata.get("difficulty") or 0) <= lim]

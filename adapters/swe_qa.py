@@ -11,18 +11,18 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from harness.data import Answer, Score, Source, Task
-from harness.elements import source_from_tree
-from harness.errors import DataError
-from harness.io import iter_jsonl, read_text, require_fields
-from judges.llm_judge import JUDGE_NAME, llm_judge
-
-from .base import Benchmark
+from sourcebench.adapters.fetch import FetchedData
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.data import Answer, Score, Source, Task
+from sourcebench.harness.elements import source_from_tree
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.io import iter_jsonl, read_text, require_fields
+from sourcebench.judges.llm_judge import JUDGE_NAME, llm_judge
 
 REPOS = ("streamlink", "sphinx", "xarray", "pytest", "flask", "conan")
 
 
-class SWEQA(Benchmark):
+class SWEQA(FetchedData, Benchmark):
     name = "swe_qa"
     version = "1-A"
     subdir = "swe_qa"

@@ -26,15 +26,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from harness.estimate import RATES_FILE, dump_rates, measure  # noqa: E402
-from harness.registry import method_names  # noqa: E402
+from sourcebench.harness.estimate import RATES_FILE, dump_rates, measure  # noqa: E402
+from sourcebench.harness.registry import method_names  # noqa: E402
 from tests.backends.api_server import ApiServer  # noqa: E402
 
 SHARED = ROOT.parent / "shared" / "data"
 
 
 def _run(out: Path, bench: list[str], limit: int) -> None:
-    cmd = [sys.executable, "-m", "harness.cli", "run", *bench, "--methods", ",".join(method_names()),
+    cmd = [sys.executable, "-m", "sourcebench.harness.cli", "run", *bench, "--methods", ",".join(method_names()),
            "--model", "openai-api/testapi/gpt-oss-120b", "--reasoning-effort", "medium",
            "--judge-reasoning-effort", "medium", "--embedder", "openai/text-embedding-3-large",
            "--seeds", "0", "--limit", str(limit), "--out", str(out), "--allow-degraded"]
@@ -64,7 +64,7 @@ def main() -> None:
             _run(out, bench, a.limit)
             folders.append(out)
     rates = measure(folders)
-    from harness.provenance import git_commit
+    from sourcebench.harness.provenance import git_commit
 
     meta = {"measured_on": [p.name for p in folders], "backend": "tests/backends/api_server.py, gpt-oss-120b, "
             "medium effort, text-embedding-3-large", "limit": a.limit, "seeds": [0], "git_commit": git_commit(),

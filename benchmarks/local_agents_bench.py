@@ -17,7 +17,7 @@ import asyncio
 import os
 import time
 
-from harness.providers import local_llama
+from sourcebench.harness.providers import local_llama
 
 # inspect-ai's display may take over sys.stdout while models run: print through our own copy of fd 1
 OUT = os.fdopen(os.dup(1), "w", buffering=1)
@@ -70,7 +70,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--result-words", type=int, default=200)
     a = ap.parse_args()
-    import harness.providers  # noqa: F401  (registers local/)
+    import sourcebench.harness.providers  # noqa: F401  (registers local/)
 
     say(f"load average {os.getloadavg()[0]:.2f}; {a.agents} agents x {a.steps} steps, "
           f"~{a.result_words} words per tool result")

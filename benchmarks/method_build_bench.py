@@ -27,14 +27,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from adapters.phantomwiki import PhantomWiki
-from harness.artifacts import ArtifactStore
-from harness.data import Answer, Source, Task
-from harness.embeddings import Embedder, get_embedder
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-from harness.method import LearnContext, Method
-from harness.registry import get_method_class
-from harness.splits import grouped_split
+from sourcebench.adapters.phantomwiki import PhantomWiki
+from sourcebench.harness.artifacts import ArtifactStore
+from sourcebench.harness.data import Answer, Source, Task
+from sourcebench.harness.embeddings import Embedder, get_embedder
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.method import LearnContext, Method
+from sourcebench.harness.registry import get_method_class
+from sourcebench.harness.splits import grouped_split
 
 DEFAULT_METHODS = "hybrid_rag,raptor,hipporag2,awm"
 

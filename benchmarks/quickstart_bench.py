@@ -52,7 +52,7 @@ def model_seconds(out: Path) -> tuple[float, float, int]:
 def run(args: list[str], out: Path) -> tuple[float, str]:
     env = {**os.environ, "INSPECT_DISPLAY": "none"}
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "harness.cli", *args, "--out", str(out)], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "sourcebench.harness.cli", *args, "--out", str(out)], capture_output=True,
                        text=True, env=env, cwd=ROOT)
     wall = time.perf_counter() - t
     if p.returncode != 0:

@@ -37,7 +37,7 @@ def live_calls(out: Path) -> int:
 
 def cli(args: list[str], env: dict[str, str]) -> tuple[float, str]:
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True, env=env,
+    p = subprocess.run([sys.executable, "-m", "sourcebench.harness.cli", *args], capture_output=True, text=True, env=env,
                        cwd=ROOT)
     wall = time.perf_counter() - t
     if p.returncode != 0:
@@ -78,7 +78,7 @@ def main() -> None:
         rerun_live = live_calls(out) - calls_original
         m = re.search(r"(\d+) live model call\(s\)", stdout)
 
-        from harness.runner import RunConfig, Runner  # the same re-run, timed inside the process
+        from sourcebench.harness.runner import RunConfig, Runner  # the same re-run, timed inside the process
 
         cfg = RunConfig(benchmark="phantomwiki", methods=args.methods.split(","), model="openai-api/fault/ok",
                         out=out, seeds=[0], limit=args.tasks, data_dir=data, embedder="hash",

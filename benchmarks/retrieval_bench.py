@@ -22,9 +22,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from harness.data import Element
-from harness.embeddings import get_embedder
-from harness.retrieval import HybridIndex, SparseBM25, bm25_text, dense_text, tokenize
+from sourcebench.harness.data import Element
+from sourcebench.harness.embeddings import get_embedder
+from sourcebench.harness.retrieval import HybridIndex, SparseBM25, bm25_text, dense_text, tokenize
 
 SYLLABLES = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "shi", "pa", "de", "gri", "zen", "mor", "tal", "quin",
              "bel", "dor", "fa", "xi", "ul"]

@@ -280,7 +280,7 @@ def run_one(api, method: str, source: str, src_args: list[str], elements: int, o
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
-    cmd = [sys.executable, "-m", "harness.cli", "run", *src_args, "--methods", method, "--model", MODEL,
+    cmd = [sys.executable, "-m", "sourcebench.harness.cli", "run", *src_args, "--methods", method, "--model", MODEL,
            "--reasoning-effort", "medium", "--judge-reasoning-effort", "medium", "--embedder", EMBEDDER,
            "--seeds", "0", "--limit", "2", "--out", str(out / "run"), *extra]
     api.reset()
@@ -348,7 +348,7 @@ def _stop(pid: int, grace: float = 20.0):
 
 def count_elements(src_args: list[str]) -> int:
     """Elements of the source the arguments select, loaded here as the run will load it."""
-    from harness.registry import get_benchmark_class
+    from sourcebench.harness.registry import get_benchmark_class
 
     opts = dict(src_args[i + 1].split("=", 1) for i, a in enumerate(src_args) if a == "--opt")
     bench_name = src_args[src_args.index("--benchmark") + 1]
@@ -361,7 +361,7 @@ def count_elements(src_args: list[str]) -> int:
 # -- report --------------------------------------------------------------------------------------------
 def startup_cpu_s() -> float:
     """CPU seconds of a bare start of the harness (interpreter, imports), to tell fixed cost from per-call cost."""
-    proc = subprocess.Popen([sys.executable, "-c", "import harness.cli, harness.runner, inspect_ai.model"], cwd=ROOT)
+    proc = subprocess.Popen([sys.executable, "-c", "import sourcebench.harness.cli, sourcebench.harness.runner, inspect_ai.model"], cwd=ROOT)
     _, _, ru = os.wait4(proc.pid, 0)
     proc.returncode = 0
     return ru.ru_utime + ru.ru_stime
@@ -399,7 +399,7 @@ def stage_table(rows: list[Measure]) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from harness.registry import method_names
+    from sourcebench.harness.registry import method_names
     from tests.backends.api_server import ApiServer
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -192,7 +192,7 @@ def inspect_generate(n: int, conc: int, latency: float, log_dir: Path, model: st
 
 def run_once(data: Path, out: Path, model: str, methods: list[str], n_tasks: int, conc: int,
              report: bool = False, samples: int | None = None, processes: int = 1) -> tuple[float, dict]:
-    from harness.runner import RunConfig, Runner
+    from sourcebench.harness.runner import RunConfig, Runner
 
     cfg = RunConfig(benchmark="phantomwiki", methods=methods, model=model, out=out, seeds=[0], limit=n_tasks,
                     data_dir=data, embedder="hash", max_samples=samples or conc, max_connections=conc,
@@ -266,7 +266,7 @@ def main() -> None:
     t = time.perf_counter()
     import inspect_ai  # noqa: F401
 
-    import harness.runner  # noqa: F401  (import time reported apart: paid once per process)
+    import sourcebench.harness.runner  # noqa: F401  (import time reported apart: paid once per process)
 
     import_s = time.perf_counter() - t
     # imported by a run's first model call (the OpenAI client) and first test phase (inspect's ACP

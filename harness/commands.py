@@ -77,3 +77,16 @@ def find_command(name: str) -> Command:
         why = f" ({'; '.join(problems)})" if problems else ""
         raise ConfigError(f"no registered method provides the command {name!r}{why}")
     return found[name].command
+
+
+def package_commands() -> list[Command]:
+    """The subcommands other packages register (``sourcebench.commands`` entry points), name order."""
+    from .registry import command_targets, resolve
+
+    out = []
+    for name, target in sorted(command_targets().items()):
+        cmd = resolve(target)
+        if not isinstance(cmd, Command) or cmd.name != name:
+            raise ConfigError(f"sourcebench.commands entry point {name!r} must name a Command called {name!r}")
+        out.append(cmd)
+    return out

@@ -1,6 +1,6 @@
 """Documentation generated from the code, so that it cannot drift from it.
 
-``python -m harness.docgen methods > docs/methods.md`` writes the methods page from the method
+``python -m sourcebench.harness.docgen methods > docs/methods.md`` writes the methods page from the method
 registry: each method's description, docstrings, version, whether it learns from guidance tasks,
 its ``Config`` fields (type, bounds, default, the field's description or its trailing source
 comment) and its declared ``deviations``. ``tests/test_docs.py`` regenerates the page and fails when
@@ -30,8 +30,8 @@ from pydantic.fields import FieldInfo
 
 from . import registry
 
-REFRESH = "python -m harness.docgen methods > docs/methods.md"
-BUILTIN_PACKAGE = "methods"
+REFRESH = "python -m sourcebench.harness.docgen methods > docs/methods.md"
+BUILTIN_PACKAGE = "sourcebench.methods"
 
 _BOUNDS = (("gt", ">"), ("ge", "≥"), ("lt", "<"), ("le", "≤"), ("min_length", "min length"),
            ("max_length", "max length"))
@@ -146,7 +146,7 @@ def methods_markdown(names: list[str]) -> str:
         "",
         f"_Generated from the method registry by `{REFRESH}`: edit the methods' code, not this page._",
         "",
-        ("Every method answers through the same answer prompt (`adapters/base.py`, `Benchmark.solve`); methods "
+        ("Every method answers through the same answer prompt (`harness/benchmark.py`, `Benchmark.solve`); methods "
          "differ only in the context they add (evidence and notes). `sourcebench list` shows what is installed, "
          "with versions. A setting is changed with `--method-config METHOD.KEY=VALUE` on `sourcebench run` "
          "(values parsed as JSON when possible) or with a method's `config` in a `sourcebench reproduce` config; "

@@ -58,7 +58,7 @@ class LocalExecutor:
         cfg = runner.cfg
         conns = math.ceil(cfg.max_connections / n) if cfg.max_connections else None
         samples = math.ceil(cfg.max_samples / n) if cfg.max_samples else None
-        base = replace(cfg, out=runner.out.resolve(), test_processes=1, display="none", write_report=False,
+        base = replace(cfg, out=runner.out.resolve(), test_processes=1, display="none",
                        max_connections=conns, max_samples=samples,
                        data_dir=cfg.data_dir.resolve() if cfg.data_dir else None)
         local = _local_share(cfg, n)
@@ -69,13 +69,13 @@ class LocalExecutor:
             # the workers start (and pay their imports, seconds each) while this process probes and learns
             # spawned workers copy the environment: each gets its share of the model contexts
             with patch.dict(os.environ, {"SOURCEBENCH_LOCAL_INSTANCES": str(local)} if local else {}):
-                warm = [asyncio.wrap_future(pool.submit(_warm_worker)) for _ in range(n - 1)]
+                warm = [asyncio.wrap_future(pool.submit(type(runner).warm_worker)) for _ in range(n - 1)]
             await runner._preflight()
             cells = await runner._learn_all(pending)
             await asyncio.gather(*warm)
             runner.log(f"test phase: {n} processes, each with 1/{n} of every cell's tasks"
                        + (f" and {conns} connection(s)" if conns else ""))
-            futures = [asyncio.wrap_future(pool.submit(run_share, replace(base, task_shard=(i, n)), "test"))
+            futures = [asyncio.wrap_future(pool.submit(type(runner).run_share, replace(base, task_shard=(i, n)), "test"))
                        for i in range(1, n)]
             runner.use_shard((0, n), conns, samples)
             try:
@@ -101,21 +101,6 @@ def _local_share(cfg: RunConfig, n: int) -> int | None:
     from .providers.local_llama import default_instances, default_threads
 
     return max(1, default_instances(default_threads()) // n)
-
-
-def _warm_worker() -> None:
-    """Import what a test worker needs, so that it is ready when the driver has learned."""
-    import inspect_ai  # noqa: F401
-    import openai  # noqa: F401
-
-    from . import runner  # noqa: F401
-
-
-def run_share(cfg: RunConfig, stage: str) -> dict[str, Any]:
-    """Body of a Ray task: learn (``stage="learn"``) or learn and test (``"test"``) the cells of ``cfg``."""
-    from .runner import Runner
-
-    return Runner(cfg).run_worker(stage)
 
 
 class RayExecutor:
@@ -148,9 +133,9 @@ class RayExecutor:
         await runner._preflight()
         ray = self._init()
         try:
-            task = ray.remote(num_cpus=1, max_retries=0)(run_share)
+            task = ray.remote(num_cpus=1, max_retries=0)(type(runner).run_share)
             base = replace(runner.cfg, out=runner.out.resolve(), executor="local", ray_address=None,
-                           display="none", write_report=False,
+                           display="none",
                            data_dir=runner.cfg.data_dir.resolve() if runner.cfg.data_dir else None)
             by_source: dict[str, tuple[list[str], list[int]]] = {}
             for method, (source, split, _g, _t) in pending:

@@ -15,7 +15,6 @@ On top of inspect this layer adds what an evaluation harness needs:
 from __future__ import annotations
 
 import asyncio
-import collections
 import functools
 import hashlib
 import json
@@ -29,14 +28,14 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Any, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from . import stopping
 from .errors import ConfigError, ModelUnavailableError
 from .io import redact_secrets, secret_values
-from .schema_limits import within_limits
+from .schema_limits import json_schema_model, schema_json, with_choices, within_limits
 from .token_budget import DEFAULT_CHARS_PER_TOKEN
 
 T = TypeVar("T", bound=BaseModel)
@@ -410,7 +409,7 @@ class LLM:
             if self._model is None:
                 from inspect_ai.model import get_model
 
-                import harness.providers._registry  # noqa: F401  (registers local/ and scripted/)
+                import sourcebench.harness.providers._registry  # noqa: F401  (registers local/ and scripted/)
 
                 kwargs: dict[str, Any] = {}
                 if self.spec.base_url:
@@ -480,7 +479,7 @@ class LLM:
         cap = self.spec.output_cap(bound)
         temp = self.spec.temperature if temperature is None else temperature
         portable = self.spec.name.startswith("openai/")  # OpenAI's own API: its strict-mode subset
-        json_schema = _schema_json(schema, portable) if schema is not None else None
+        json_schema = schema_json(schema, portable) if schema is not None else None
         if json_schema is not None and choices:
             # id sets past OpenAI's strict-mode limits become plain strings (every caller checks the ids)
             json_schema = within_limits(with_choices(json_schema, choices), fields=choices)
@@ -543,7 +542,7 @@ class LLM:
         if attempt_timeout is not None:
             cfg["attempt_timeout"] = attempt_timeout
         if schema is not None and json_schema is not None:
-            cfg["response_schema"] = ResponseSchema(name=schema.__name__[:64], json_schema=_json_schema_model(json_schema),
+            cfg["response_schema"] = ResponseSchema(name=schema.__name__[:64], json_schema=json_schema_model(json_schema),
                                                     strict=True)
         model = self.inspect_model()
         _guard_inspect_logging()
@@ -669,174 +668,6 @@ def _cut_by_cap(res: CallResult, bound: int, schema: type[BaseModel] | None) -> 
         except ValidationError:
             return True
     return res.reasoning_tokens > 0 and res.output_tokens < bound
-
-
-# keywords OpenAI's strict mode refuses; on its API they become words in the field's description
-_UNPORTABLE = {"maxLength": "at most {} characters", "minLength": "at least {} characters",
-               "maximum": "at most {}", "minimum": "at least {}",
-               "maxItems": "at most {} items", "minItems": "at least {} items"}
-
-
-def strict_schema(node: Any, portable: bool = False) -> Any:
-    """A JSON schema in the strict form structured-output APIs accept (OpenAI's ``strict: true``):
-    every object with properties lists all of them as required and forbids others, and ``default``
-    is dropped (it means nothing to a decoder). A field with a default must then be written out
-    (an empty list, say); the reply still validates against the pydantic model. Constrained
-    decoders (llama.cpp, vLLM) benefit too: with optional keys a grammar lets a weak model answer
-    ``{}`` and skip the task. ``portable`` also turns length and range limits, which OpenAI's
-    strict mode rejects, into words in the description (pydantic still checks them)."""
-    if isinstance(node, list):
-        return [strict_schema(x, portable) for x in node]
-    if not isinstance(node, dict):
-        return node
-    out: dict[str, Any] = {}
-    limits: list[str] = []
-    for k, v in node.items():
-        if k == "default":
-            continue
-        if portable and k in _UNPORTABLE and not isinstance(v, (dict, list)):
-            limits.append(_UNPORTABLE[k].format(v))
-        elif k == "properties" and isinstance(v, dict):
-            out[k] = {n: strict_schema(sub, portable) for n, sub in v.items()}
-        else:
-            out[k] = strict_schema(v, portable)
-    if limits:
-        out["description"] = "; ".join([*([out["description"]] if out.get("description") else []), *limits])
-    if isinstance(out.get("properties"), dict) and out["properties"]:
-        out["required"] = list(out["properties"])
-        out["additionalProperties"] = False
-    return out
-
-
-@functools.lru_cache(maxsize=512)
-def _schema_json(schema: type[BaseModel], portable: bool = False) -> dict[str, Any]:
-    """The strict JSON schema sent for a model class (inlined ``$defs``), made once per class; it
-    is also part of the cache key, so a change to it is a cache miss, never a stale reply."""
-    from inspect_ai.util import json_schema as to_json_schema
-
-    reduced = to_json_schema(schema).model_dump(exclude_none=True)
-    return strict_schema(_with_array_bounds(reduced, _pydantic_schema(schema)), portable)
-
-
-_ARRAY_BOUNDS = ("minItems", "maxItems")
-
-
-def _pydantic_schema(schema: type[BaseModel]) -> dict[str, Any]:
-    from harness.providers.local_llama import prepare_json_schema  # inlines pydantic's $defs
-
-    return prepare_json_schema(schema.model_json_schema())
-
-
-def _with_array_bounds(node: Any, full: Any) -> Any:
-    """``node`` (inspect's reading of a model's schema) with the array bounds pydantic's own schema
-    has (``Field(max_length=...)`` on a list), which inspect's ``JSONSchema`` type drops, and with
-    the value of a one-value ``Literal`` (pydantic's ``const``, which inspect reads as any string):
-    the branches of a union told apart by such a field stay apart for the decoder."""
-    if not isinstance(node, dict) or not isinstance(full, dict):
-        return node
-    out = dict(node)
-    for k in _ARRAY_BOUNDS:
-        if k in full and k not in out:
-            out[k] = full[k]
-    if "enum" not in out and "const" in full and out.get("type") == "string":
-        out["enum"] = [full["const"]]
-    props, full_props = node.get("properties"), full.get("properties")
-    if isinstance(props, dict) and isinstance(full_props, dict):
-        out["properties"] = {n: _with_array_bounds(sub, full_props.get(n)) for n, sub in props.items()}
-    if isinstance(node.get("items"), dict):
-        out["items"] = _with_array_bounds(node["items"], full.get("items"))
-    if isinstance(node.get("anyOf"), list) and isinstance(full.get("anyOf"), list) \
-            and len(node["anyOf"]) == len(full["anyOf"]):
-        out["anyOf"] = [_with_array_bounds(a, b) for a, b in zip(node["anyOf"], full["anyOf"], strict=True)]
-    return out
-
-
-def bounded_text(chars: int) -> Any:
-    """A ``str`` field type whose schema says ``maxLength: chars`` but whose validation does not.
-
-    A grammar-constrained decoder (llama.cpp, vLLM) enforces the bound, so a weak model that starts
-    repeating a phrase inside one string ("the daughter of the daughter of ...") is made to close it
-    instead of running on to ``max_tokens`` (in a SmolLM2 SourceLearn construction, 32 of 151 calls
-    did, 58% of all generated tokens). OpenAI's strict mode gets the bound as words in the description
-    (:func:`strict_schema`); a longer reply from any model still validates."""
-    return Annotated[str, Field(json_schema_extra={"maxLength": int(chars)})]
-
-
-def bounded_list(item: Any, items: int) -> Any:
-    """A ``list[item]`` field type whose schema says ``maxItems: items``, again for the decoder only
-    (a small model under a grammar also repeats list entries until ``max_tokens``). inspect's schema
-    type cannot carry ``maxItems``: in-process decoders get it through :func:`full_schema`, OpenAI
-    (``openai/``) as words in the description; other servers (vLLM, llama.cpp server) never see it."""
-    return Annotated[list[item], Field(json_schema_extra={"maxItems": int(items)})]
-
-
-def with_choices(schema: dict[str, Any], choices: dict[str, list[str]]) -> dict[str, Any]:
-    """``schema`` with every property named in ``choices`` (a string, or an array of strings)
-    limited to those values by an ``enum``. Used for ids the model must copy from its prompt
-    (element ids, excerpt ids): a constrained decoder then cannot invent or garble one, and an
-    API with structured outputs is told the closed set. Properties with an empty choice list
-    are left as they are (an empty enum would make the schema unsatisfiable)."""
-
-    def walk(node: Any) -> Any:
-        if isinstance(node, list):
-            return [walk(x) for x in node]
-        if not isinstance(node, dict):
-            return node
-        out = {k: walk(v) for k, v in node.items() if k != "properties"}
-        if isinstance(node.get("properties"), dict):
-            props = {}
-            for name, sub in node["properties"].items():
-                sub = walk(sub)
-                values = list(dict.fromkeys(choices.get(name) or []))
-                if values and isinstance(sub, dict):
-                    if sub.get("type") == "string":
-                        sub = {**sub, "enum": values}
-                    elif sub.get("type") == "array" and isinstance(sub.get("items"), dict) \
-                            and sub["items"].get("type") == "string":
-                        sub = {**sub, "items": {**sub["items"], "enum": values}}
-                props[name] = sub
-            out["properties"] = props
-        return out
-
-    return walk(schema)
-
-
-# Schemas as the harness built them, by the reduced form inspect's ``JSONSchema`` type keeps (it has
-# no minItems/maxItems). A decoder running in this process (``local/`` models) looks its response
-# schema up here, so it enforces array bounds that no request to a server could carry through inspect.
-_FULL_SCHEMAS: collections.OrderedDict[str, dict[str, Any]] = collections.OrderedDict()
-_FULL_SCHEMAS_MAX = 4096
-_FULL_SCHEMAS_LOCK = threading.Lock()
-
-
-def _reduced_key(reduced: dict[str, Any]) -> str:
-    return json.dumps(reduced, sort_keys=True, ensure_ascii=False)
-
-
-def _json_schema_model(schema: dict[str, Any]) -> Any:
-    from inspect_ai.util import JSONSchema
-
-    model = JSONSchema.model_validate(schema)
-    reduced = model.model_dump(exclude_none=True)
-    if reduced != schema:
-        key = _reduced_key(reduced)
-        with _FULL_SCHEMAS_LOCK:
-            _FULL_SCHEMAS[key] = schema
-            _FULL_SCHEMAS.move_to_end(key)
-            while len(_FULL_SCHEMAS) > _FULL_SCHEMAS_MAX:
-                _FULL_SCHEMAS.popitem(last=False)
-    return model
-
-
-def full_schema(reduced: dict[str, Any]) -> dict[str, Any]:
-    """The schema the harness built whose reduced form (inspect's ``JSONSchema`` dumped) is
-    ``reduced``, with the keys that form lost; ``reduced`` itself if the harness built none."""
-    with _FULL_SCHEMAS_LOCK:
-        return _FULL_SCHEMAS.get(_reduced_key(reduced), reduced)
-
-
-def _inspect_schema(schema: type[BaseModel], portable: bool = False) -> Any:
-    return _json_schema_model(_schema_json(schema, portable))  # not cached: it (re)registers the full form
 
 
 def _validate(schema: type[T], text: str) -> T:

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from .data import Answer, Evidence, Score, Source, Split, Task, normalise_ws
 
 if TYPE_CHECKING:
-    from adapters.base import Benchmark
+    from sourcebench.harness.benchmark import Benchmark
 
     from .artifacts import ArtifactStore
     from .embeddings import Embedder

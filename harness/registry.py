@@ -20,32 +20,39 @@ from .errors import ConfigError
 
 METHOD_GROUP = "sourcebench.methods"
 BENCHMARK_GROUP = "sourcebench.benchmarks"
+COMMAND_GROUP = "sourcebench.commands"
 
 _BUILTIN_METHODS = {
-    "hybrid_rag": "methods.hybrid_rag:HybridRAG",
-    "no_source": "methods.no_source:NoSource",
-    "raptor": "methods.raptor:RAPTOR",
-    "hipporag2": "methods.hipporag2:HippoRAG2",
-    "awm": "methods.awm:AWM",
-    "sourcelearn": "methods.sourcelearn.method:SourceLearn",
-    "sourcelearn-m0": "methods.sourcelearn.method:SourceLearnM0",
-    "sourcelearn-ms": "methods.sourcelearn.method:SourceLearnMS",
-    "sourcelearn-wo-self": "methods.sourcelearn.method:SourceLearnWithoutSelf",
-    "sourcelearn-wo-cross": "methods.sourcelearn.method:SourceLearnLocal",
-    "sourcelearn-wo-failure": "methods.sourcelearn.method:SourceLearnWithoutFailure",
-    "rika": "methods.rika:RIKA",
-    "kb-curator": "methods.kb_curator:KBCurator",
-    "navigator": "methods.navigator:Navigator",
+    "hybrid_rag": "sourcebench.methods.hybrid_rag:HybridRAG",
+    "no_source": "sourcebench.methods.no_source:NoSource",
+    "raptor": "sourcebench.methods.raptor:RAPTOR",
+    "hipporag2": "sourcebench.methods.hipporag2:HippoRAG2",
+    "awm": "sourcebench.methods.awm:AWM",
+    "sourcelearn": "sourcebench.methods.sourcelearn.method:SourceLearn",
+    "sourcelearn-m0": "sourcebench.methods.sourcelearn.method:SourceLearnM0",
+    "sourcelearn-ms": "sourcebench.methods.sourcelearn.method:SourceLearnMS",
+    "sourcelearn-wo-self": "sourcebench.methods.sourcelearn.method:SourceLearnWithoutSelf",
+    "sourcelearn-wo-cross": "sourcebench.methods.sourcelearn.method:SourceLearnLocal",
+    "sourcelearn-wo-failure": "sourcebench.methods.sourcelearn.method:SourceLearnWithoutFailure",
+    "rika": "sourcebench.methods.rika:RIKA",
+    "kb-curator": "sourcebench.methods.kb_curator:KBCurator",
+    "navigator": "sourcebench.methods.navigator:Navigator",
 }
 _BUILTIN_BENCHMARKS = {
-    "phantomwiki": "adapters.phantomwiki:PhantomWiki",
-    "apibench": "adapters.apibench:APIBench",
-    "swe_qa": "adapters.swe_qa:SWEQA",
-    "multidoc2dial": "adapters.multidoc2dial:MultiDoc2Dial",
-    "narrativeqa": "adapters.narrativeqa:NarrativeQA",
-    "appworld": "adapters.appworld:AppWorld",
+    "phantomwiki": "sourcebench.adapters.phantomwiki:PhantomWiki",
+    "apibench": "sourcebench.adapters.apibench:APIBench",
+    "swe_qa": "sourcebench.adapters.swe_qa:SWEQA",
+    "multidoc2dial": "sourcebench.adapters.multidoc2dial:MultiDoc2Dial",
+    "narrativeqa": "sourcebench.adapters.narrativeqa:NarrativeQA",
+    "appworld": "sourcebench.adapters.appworld:AppWorld",
 }
-_EXTRA: dict[str, dict[str, Any]] = {METHOD_GROUP: {}, BENCHMARK_GROUP: {}}
+# Subcommands other packages bring to the CLI: each target is a ``harness.method.Command``.
+_BUILTIN_COMMANDS = {
+    "protocol": "sourcebench.reports.protocols.cli:COMMAND",
+    "reproduce": "sourcebench.reports.reproduce:COMMAND",
+}
+BUILTINS = {METHOD_GROUP: _BUILTIN_METHODS, BENCHMARK_GROUP: _BUILTIN_BENCHMARKS, COMMAND_GROUP: _BUILTIN_COMMANDS}
+_EXTRA: dict[str, dict[str, Any]] = {METHOD_GROUP: {}, BENCHMARK_GROUP: {}, COMMAND_GROUP: {}}
 
 
 def register_method(name: str, cls: Any) -> None:
@@ -58,8 +65,15 @@ def register_benchmark(name: str, cls: Any) -> None:
 
 
 def _targets(group: str, builtin: dict[str, str]) -> dict[str, Any]:
+    """Built-ins, then installed entry points, then run-time registrations. An entry point may name a
+    built-in only with the built-in's own target (this distribution's); another package's entry point
+    under a built-in's name is an error, never a silent replacement."""
     found: dict[str, Any] = dict(builtin)
     for ep in entry_points(group=group):
+        if ep.name in builtin and ep.value != builtin[ep.name]:
+            dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed package"
+            raise ConfigError(f"{dist} registers {group} entry point {ep.name!r} = {ep.value!r}, but "
+                              f"{ep.name!r} is a built-in ({builtin[ep.name]}); rename it in that package")
         found[ep.name] = ep
     found.update(_EXTRA[group])
     return found
@@ -96,3 +110,13 @@ def get_benchmark_class(name: str) -> Any:
     if name not in targets:
         raise ConfigError(f"unknown benchmark '{name}'; known: {', '.join(sorted(targets))}")
     return _resolve(targets[name])
+
+
+def command_targets() -> dict[str, Any]:
+    """The subcommands other packages register (``sourcebench.commands``), by name, unresolved."""
+    return _targets(COMMAND_GROUP, _BUILTIN_COMMANDS)
+
+
+def resolve(target: Any) -> Any:
+    """A registry target (``module:attr`` string, entry point, or object) as the object it names."""
+    return _resolve(target)

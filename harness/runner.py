@@ -25,12 +25,12 @@ from typing import Any
 
 import numpy as np
 
-from adapters.base import Benchmark
+from sourcebench.harness.benchmark import Benchmark
 
 from .artifacts import ArtifactStore
+from .budget import Budget
 from .data import Answer, Source, Split, Task
 from .embeddings import Embedder, get_embedder
-from .budget import Budget
 from .errors import (
     BenchmarkUnavailable,
     BudgetExceeded,
@@ -81,7 +81,6 @@ class RunConfig:
     price_output: float | None = None
     max_samples: int | None = None
     display: str = "none"
-    write_report: bool = True
     # model-call robustness: bounded retries make a persistent fault a scored failure (see ModelSpec)
     max_retries: int | None = 5
     timeout: int | None = None
@@ -303,6 +302,19 @@ class Runner:
         with RunLock(self.out), long_lived_frozen():
             return asyncio.run(self._run())
 
+    @staticmethod
+    def run_share(cfg: RunConfig, stage: str) -> dict[str, Any]:
+        """Body of a worker process or Ray task: learn (``stage="learn"``) or learn and test (``"test"``)
+        the cells of ``cfg`` (the executors hand this to their workers, which import it by name)."""
+        return Runner(cfg).run_worker(stage)
+
+    @staticmethod
+    def warm_worker() -> None:
+        """Import what a test worker needs (this module, by unpickling this function), so that it is
+        ready when the driver has learned."""
+        import inspect_ai  # noqa: F401
+        import openai  # noqa: F401
+
     def run_worker(self, stage: str) -> dict[str, Any]:
         """One share of a run whose driver (``--executor ray``) holds the folder's lock, has written
         ``run.json`` and repaired ``results.jsonl``: learn the cells of this config (``stage="learn"``)
@@ -409,13 +421,8 @@ class Runner:
         degraded = self.degraded_cells()
         for c in degraded:
             self.log(f"[red]{c.line()}[/]")
-        report_paths = {}
-        if self.cfg.write_report:
-            from reports.leaderboard import write_report
-
-            report_paths = write_report(self.out, data_dir=self.cfg.data_dir)
         return {"out": str(self.out), "rows_done_before": len(done), "rows_new": n_pending,
-                "live_calls": self.live_calls, "seconds": round(time.time() - t0, 2), "report": report_paths,
+                "live_calls": self.live_calls, "seconds": round(time.time() - t0, 2),
                 "unavailable": self.unavailable, "degraded": [c.line() for c in degraded]}
 
     def degraded_cells(self) -> list[Any]:
@@ -629,7 +636,7 @@ class Runner:
         os.environ["INSPECT_DISPLAY"] = self.cfg.display
         from inspect_ai import eval_async
 
-        import harness.providers._registry  # noqa: F401
+        import sourcebench.harness.providers._registry  # noqa: F401
 
         from .inspect_tasks import cell_task, scrub_logs, single_threaded_log_compression, unfinished_logs
 

@@ -49,8 +49,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.errors import DataError, SourceBenchError
-from harness.io import iter_jsonl
+from sourcebench.harness.errors import DataError, SourceBenchError
+from sourcebench.harness.io import iter_jsonl
 
 HUBS = ("torchhub", "huggingface", "tensorflowhub")
 

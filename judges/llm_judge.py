@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from harness.data import Answer, Score, Task
+from sourcebench.harness.data import Answer, Score, Task
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 JUDGE_NAME = "llm_judge"
 

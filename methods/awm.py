@@ -31,10 +31,10 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from harness.data import Answer, Evidence, Source, Task, normalise_ws, stable_hash
-from harness.errors import ConfigError
-from harness.llm import bounded_list, bounded_text
-from harness.method import Context, Entry, LearnContext, Method, MethodConfig
+from sourcebench.harness.data import Answer, Evidence, Source, Task, normalise_ws, stable_hash
+from sourcebench.harness.errors import ConfigError
+from sourcebench.harness.method import Context, Entry, LearnContext, Method, MethodConfig
+from sourcebench.harness.schema_limits import bounded_list, bounded_text
 
 from .evidence import TOP_K, load_index, retrieve
 

@@ -27,7 +27,7 @@ from typing import Any, ClassVar, TypeVar
 
 from pydantic import model_serializer
 
-from harness.conventions import (  # noqa: F401 - re-exported: methods import them from here
+from sourcebench.harness.conventions import (  # noqa: F401 - re-exported: methods import them from here
     GOLD_DOCS_KEY,
     GOLD_KEY,
     HYBRID_INDEX_KIND,
@@ -36,9 +36,9 @@ from harness.conventions import (  # noqa: F401 - re-exported: methods import th
     gold_element_ids,
     index_inputs,
 )
-from harness.data import Answer, Evidence, Source, Task, estimate_tokens
-from harness.method import Context, MethodConfig
-from harness.retrieval import HybridIndex
+from sourcebench.harness.data import Answer, Evidence, Source, Task, estimate_tokens
+from sourcebench.harness.method import Context, MethodConfig
+from sourcebench.harness.retrieval import HybridIndex
 
 TOP_K = 8
 CODE_PER_FILE_CAP = 3

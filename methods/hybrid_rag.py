@@ -24,8 +24,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.data import Answer, Source, Task
-from harness.method import Context, LearnContext, Method, MethodConfig
+from sourcebench.harness.data import Answer, Source, Task
+from sourcebench.harness.method import Context, LearnContext, Method, MethodConfig
 
 from .evidence import (
     CODE_PER_FILE_CAP,

@@ -30,9 +30,9 @@ from typing import Annotated, Any, ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from harness.data import Answer, Element, Evidence, Source, Task, normalise_ws
-from harness.method import Context, LearnContext, Method, MethodConfig
-from harness.retrieval import SparseBM25, tokenize
+from sourcebench.harness.data import Answer, Element, Evidence, Source, Task, normalise_ws
+from sourcebench.harness.method import Context, LearnContext, Method, MethodConfig
+from sourcebench.harness.retrieval import SparseBM25, tokenize
 
 from .kb_curator.reader import Episode, act_until_done, fit_history, render_steps
 from .kb_curator.tools import (

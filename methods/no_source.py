@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.data import Answer, Source, Task
-from harness.method import Context, LearnContext, Method
+from sourcebench.harness.data import Answer, Source, Task
+from sourcebench.harness.method import Context, LearnContext, Method
 
 
 class NoSource(Method):

@@ -13,10 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.data import Answer, Source, Task
-from harness.method import Context, LearnContext, Method, MethodConfig
-
-from .evidence import load_index
+from sourcebench import Answer, Context, LearnContext, Method, MethodConfig, Source, Task
+from sourcebench.methods.evidence import load_index
 
 
 class TemplateConfig(MethodConfig):

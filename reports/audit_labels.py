@@ -4,7 +4,7 @@ out ``<run>/audit/*.json`` need not import the method."""
 
 from __future__ import annotations
 
-from harness.commands import find_command
+from sourcebench.harness.commands import find_command
 
 _COLUMNS = find_command("audit").columns
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from harness.errors import ConfigError
+from sourcebench.harness.errors import ConfigError
 
 SLUG = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 SECRET_NAME = re.compile(r"(?i)(key|token|secret|password|passwd|credential)")

@@ -27,21 +27,21 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from harness.conventions import (
+from sourcebench.harness.conventions import (
     HYBRID_INDEX_KIND,
     context_key,
     gold_document_elements,
     gold_element_ids,
     index_inputs,
 )
-from harness.data import Source, Task
-from harness.errors import DataError
-from harness.io import atomic_write_json, read_json
-from harness.registry import get_method_class
-from harness.runner import limit_tasks
+from sourcebench.harness.data import Source, Task
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.io import atomic_write_json, read_json
+from sourcebench.harness.registry import get_method_class
+from sourcebench.harness.runner import limit_tasks
 
-from .leaderboard import load_run
 from .results import DERIVED
+from .rundata import load_run
 
 REGION_DEFINITION = (
     "anchors = gold evidence elements if labelled, else the top-k Hybrid RAG elements for the question; "
@@ -79,9 +79,9 @@ def gold_ids(task: Task, source: Source) -> list[str]:
 
 def _index(run_dir: Path, source: Source, embedder_spec: str, recorded: str):
     """The Hybrid RAG index of the run (loaded from its artifacts, or built the same way)."""
-    from harness.artifacts import ArtifactStore
-    from harness.embeddings import get_embedder
-    from harness.retrieval import HybridIndex
+    from sourcebench.harness.artifacts import ArtifactStore
+    from sourcebench.harness.embeddings import get_embedder
+    from sourcebench.harness.retrieval import HybridIndex
 
     embedder = get_embedder(embedder_spec, run_dir / "cache")
     if recorded and embedder.name != recorded:

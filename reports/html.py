@@ -18,9 +18,11 @@ import yaml
 
 from .config import ExperimentConfig
 from .grid import ReportTable, stats_table
-from .leaderboard import PHASES, _cost, _html_table, _provenance, _safe
+from .layout import html_table, safe
+from .leaderboard import _provenance
 from .render import to_html
 from .results import Results
+from .rundata import PHASES, usage_cost
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:90rem;color:#1a1a1a;
@@ -73,10 +75,10 @@ def _simple(title: str, header: list[str], rows: list[list[str]], cls: dict[int,
 def _status_section(res: Results) -> str:
     cells = (res.status.get("cells") or {})
     rows = [[k.split("/")[0], k.split("/")[1], "/".join(k.split("/")[2:]), v.get("status", ""),
-             str(v.get("rows", "")), _safe(v.get("reason", ""))] for k, v in cells.items()]
+             str(v.get("rows", "")), safe(v.get("reason", ""))] for k, v in cells.items()]
     derived = (res.status.get("derived") or {})
     drows = [[k.split("/")[0], k.split("/")[1], "/".join(k.split("/")[2:]), v.get("status", ""),
-              _safe(v.get("reason", ""))] for k, v in derived.items()]
+              safe(v.get("reason", ""))] for k, v in derived.items()]
     out = _simple("Cells (backend x benchmark x method variant)",
                   ["backend", "benchmark", "method (variant)", "status", "result rows", "reason"], rows, {3: "status"})
     if drows:
@@ -94,8 +96,8 @@ def _cost_section(res: Results) -> str:
                 continue
             methods = list(dict.fromkeys(u.get("method") for u in d.usage if u.get("method")))
             for m in methods:
-                cost = _cost([u for u in d.usage if u.get("method") == m])
-                cells = [b.name, bn.name, _safe(m)]
+                cost = usage_cost([u for u in d.usage if u.get("method") == m])
+                cells = [b.name, bn.name, safe(m)]
                 for p in PHASES:
                     c = cost.get(p, {})
                     cells += [f"{c.get('calls', 0):,} ({c.get('calls_live', 0):,} live)",
@@ -134,7 +136,7 @@ def _log_links(res: Results, report_dir: Path) -> str:
                     method, src, seed, status, n = "?", "?", "?", f"unreadable ({type(e).__name__})", "0"
                 rel = os.path.relpath(p, report_dir)
                 link = f'<a href="{html.escape(rel)}">{html.escape(p.name)}</a>'
-                rows.append([b.name, bn.name, _safe(method), src, seed, status, n, link])
+                rows.append([b.name, bn.name, safe(method), src, seed, status, n, link])
     note = ("Open a log with <code>inspect view --log-dir &lt;run folder&gt;/logs</code>; the links are relative to "
             "this report.")
     return f"<p>{note}</p>" + _simple("inspect-ai logs of the test phase",
@@ -152,8 +154,8 @@ def _provenance_section(res: Results, cfg_text: str) -> str:
             tables = _provenance(d, res.cfg.statistics.seed, res.cfg.statistics.bootstrap_resamples)
             out.append(f"<h3>{html.escape(b.name)} / {html.escape(bn.name)} "
                        f"(<code>{html.escape(str(res.folder(b.id, bn.id)))}</code>)</h3>")
-            out += [_html_table(t) for t in tables if t.title in ("Run", "Methods", "Sources")]
-    out.append("<h3>Experiment config</h3><pre>" + html.escape(_safe(cfg_text)) + "</pre>")
+            out += [html_table(t) for t in tables if t.title in ("Run", "Methods", "Sources")]
+    out.append("<h3>Experiment config</h3><pre>" + html.escape(safe(cfg_text)) + "</pre>")
     return "\n".join(out)
 
 

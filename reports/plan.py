@@ -47,7 +47,7 @@ class Variant:
 
 def resolve_method(name: str) -> tuple[Any | None, str]:
     """(class, "") or (None, why it cannot be used): registered names may fail to import."""
-    from harness.registry import get_method_class, method_names
+    from sourcebench.harness.registry import get_method_class, method_names
 
     if name not in method_names():
         return None, f"method {name} is not registered"

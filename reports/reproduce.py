@@ -34,12 +34,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from harness.errors import SourceBenchError
-from harness.health import DEFAULT_MAX_FAILURE_SHARE, EXIT_DEGRADED
-from harness.io import atomic_write_json, atomic_write_text
+from sourcebench.harness.errors import SourceBenchError
+from sourcebench.harness.health import DEFAULT_MAX_FAILURE_SHARE, EXIT_DEGRADED
+from sourcebench.harness.io import atomic_write_json, atomic_write_text
+from sourcebench.harness.method import Command
 
 from .config import Backend, BenchmarkEntry, ExperimentConfig, load_config
 from .grid import ReportTable, stats_table
+from .leaderboard import write_report
 from .plan import FolderPlan, Variant, cycles_variant, plan, resolve_method
 from .results import FAILED, NOT_RUN, RAN, Results, cell_key, report_dir, status_path
 
@@ -61,7 +63,7 @@ def variant_class(base_cls: type, v: Variant, learn_config: dict[str, Any] | Non
 @contextlib.contextmanager
 def registered(classes: dict[str, type]) -> Iterator[None]:
     """Register alias classes for one runner call, and remove them afterwards (process-local)."""
-    from harness import registry
+    from sourcebench.harness import registry
 
     extra = registry._EXTRA[registry.METHOD_GROUP]  # the run-time table behind register_method
     saved = {k: extra[k] for k in classes if k in extra}
@@ -110,7 +112,7 @@ class Reproduction:
         self.status: dict[str, Any] = {"config": cfg.name, "cells": {}, "derived": {}}
         path = status_path(self.root, cfg.name)
         if only and path.is_file():  # a partial run keeps the status of the cells it does not touch
-            from harness.io import read_json
+            from sourcebench.harness.io import read_json
 
             old = read_json(path)
             self.status["cells"].update(old.get("cells") or {})
@@ -136,7 +138,7 @@ class Reproduction:
     # -- availability ------------------------------------------------------------------------------
     def _benchmark(self, bench: BenchmarkEntry) -> tuple[Any | None, str, str]:
         """(benchmark object, status, reason): not run when the adapter or its data is missing."""
-        from harness.registry import benchmark_names, get_benchmark_class
+        from sourcebench.harness.registry import benchmark_names, get_benchmark_class
 
         if bench.registered not in benchmark_names():
             return None, NOT_RUN, f"benchmark {bench.registered} is not registered"
@@ -177,7 +179,7 @@ class Reproduction:
     # -- one folder ---------------------------------------------------------------------------------
     def run_config(self, backend: Backend, bench: BenchmarkEntry, folder: Path, methods: list[str],
                    configs: dict[str, dict[str, Any]]):
-        from harness.runner import RunConfig
+        from sourcebench.harness.runner import RunConfig
 
         return RunConfig(
             benchmark=bench.registered, methods=methods, model=backend.model, out=folder,
@@ -191,12 +193,11 @@ class Reproduction:
             reasoning_tokens=_first(self.reasoning_tokens, backend.reasoning_tokens),
             judge_reasoning_tokens=_first(self.judge_reasoning_tokens, backend.judge_reasoning_tokens),
             max_failure_share=self.max_failure_share,
-            max_samples=backend.max_samples, display="none",
-            write_report=True, cache_dir=self.cache_dir)
+            max_samples=backend.max_samples, display="none", cache_dir=self.cache_dir)
 
     def _run(self, backend: Backend, bench: BenchmarkEntry, folder: Path, todo: list[tuple[Variant, type | None,
              dict[str, Any]]]) -> None:
-        from harness.runner import Runner
+        from sourcebench.harness.runner import Runner
 
         if not todo:
             return
@@ -205,8 +206,9 @@ class Reproduction:
         classes = {v.alias: cls for v, cls, _ in todo if cls is not None}
         try:
             with registered(classes):
-                Runner(self.run_config(backend, bench, folder, names, {v.alias: c for v, _, c in todo}),
-                       console=self.console).run()
+                cfg = self.run_config(backend, bench, folder, names, {v.alias: c for v, _, c in todo})
+                Runner(cfg, console=self.console).run()
+                write_report(folder, data_dir=cfg.data_dir)
         except SourceBenchError as e:
             for n in names:
                 self._set(backend.id, bench.id, n, FAILED, str(e))
@@ -218,9 +220,9 @@ class Reproduction:
         self._count(backend, bench, folder, names)
 
     def _count(self, backend: Backend, bench: BenchmarkEntry, folder: Path, names: list[str]) -> None:
-        from harness.health import run_health
+        from sourcebench.harness.health import run_health
 
-        from .leaderboard import load_run
+        from .rundata import load_run
 
         data = load_run(folder)
         rows = data.results
@@ -326,8 +328,8 @@ class Reproduction:
     def audit(self, backend: Backend, folder: Path, name: str, opts: dict[str, Any]) -> None:
         """One SourceLearn audit (``sourcebench audit NAME``) on the folder's saved models, through the
         ``audit`` command the method registers (``Method.cli_commands``)."""
-        from harness.commands import find_command
-        from harness.method import NotApplicable
+        from sourcebench.harness.commands import find_command
+        from sourcebench.harness.method import NotApplicable
 
         command = find_command("audit")
         if command.run_analysis is None:
@@ -352,7 +354,7 @@ class Reproduction:
 
 def _recorded_configs(folder: Path) -> dict[str, dict[str, Any]]:
     """method name -> the config it last ran with in this run folder (from run.json)."""
-    from harness.io import read_json
+    from sourcebench.harness.io import read_json
 
     path = folder / "run.json"
     run = read_json(path) if path.is_file() else {}
@@ -440,7 +442,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     p.add_argument("--only", help="comma-separated tables/figures whose cells to run (default: every enabled one); "
                    "the report always covers every enabled table")
     p.add_argument("--render-only", action="store_true", help="write the reports from existing results; run nothing")
-    from harness.cli import add_degradation_arguments, add_reasoning_arguments
+    from sourcebench.harness.options import add_degradation_arguments, add_reasoning_arguments
 
     add_reasoning_arguments(p)
     add_degradation_arguments(p)
@@ -457,12 +459,12 @@ def main(args: argparse.Namespace) -> int:
     only = {x.strip() for x in args.only.split(",") if x.strip()} if args.only else None
     unknown = sorted((only or set()) - set(cfg.tables.enabled()))
     if unknown:
-        from harness.errors import ConfigError
+        from sourcebench.harness.errors import ConfigError
 
         raise ConfigError(f"--only: {', '.join(unknown)} not enabled in {args.config} "
                           f"(enabled: {', '.join(cfg.tables.enabled())})")
     if args.limit is not None and args.limit <= 0:
-        from harness.errors import ConfigError
+        from sourcebench.harness.errors import ConfigError
 
         raise ConfigError(f"--limit {args.limit}: expected a positive integer")
     root = args.out or Path(cfg.output)
@@ -490,3 +492,6 @@ def _first(*values: Any) -> Any:
 
 
 __all__ = ["ReportTable", "Reproduction", "add_parser", "main", "write_reports"]
+
+
+COMMAND = Command(name="reproduce", add_parser=add_parser, run=main)

@@ -20,12 +20,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.errors import DataError
-from harness.health import run_health
-from harness.io import read_json
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.health import run_health
+from sourcebench.harness.io import read_json
 
 from .config import ExperimentConfig
-from .leaderboard import RunData, load_run
+from .rundata import RunData, load_run
 
 DERIVED = "reproduce"
 RAN, NOT_RUN, FAILED = "ran", "not run", "failed"

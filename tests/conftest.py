@@ -2,13 +2,40 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data"
+
+
+def _this_checkout_as_sourcebench() -> None:
+    """Make ``import sourcebench`` mean this checkout, here and in the subprocesses tests start.
+
+    The repository root is the ``sourcebench`` package (pyproject's package-dir), but a checkout's
+    folder has any name, and an editable install of another checkout (CI's bare-clone run shares the
+    venv) would otherwise answer ``import sourcebench``. A link named ``sourcebench`` to this root, in a
+    folder put first on sys.path and PYTHONPATH, wins over the install's finder.
+    """
+    loaded = sys.modules.get("sourcebench")
+    if loaded is not None and Path(loaded.__file__).resolve().parent == ROOT:
+        return  # already done (this file is also imported as tests.conftest)
+    shim = Path(tempfile.mkdtemp(prefix="sourcebench-checkout-"))
+    atexit.register(shutil.rmtree, shim, True)  # the link only: rmtree does not follow it
+    (shim / "sourcebench").symlink_to(ROOT, target_is_directory=True)
+    sys.path.insert(0, str(shim))
+    os.environ["PYTHONPATH"] = os.pathsep.join([str(shim), *filter(None, [os.environ.get("PYTHONPATH")])])
+    for name in [m for m in sys.modules if m == "sourcebench" or m.startswith("sourcebench.")]:
+        del sys.modules[name]  # imported from elsewhere before this conftest ran
+
+
+_this_checkout_as_sourcebench()
 
 os.environ.setdefault("INSPECT_LOG_LEVEL", "warning")
 os.environ.setdefault("INSPECT_DISPLAY", "none")
@@ -30,7 +57,7 @@ def shared_data() -> Path:
 
 @pytest.fixture(autouse=True)
 def _reset_scripted():
-    from harness.providers import scripted
+    from sourcebench.harness.providers import scripted
 
     scripted.reset()
     yield

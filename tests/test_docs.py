@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from harness import docgen
-from harness.cli import build_parser
+from sourcebench.harness import docgen
+from sourcebench.harness.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "configs" / "README.md"]
@@ -221,7 +221,7 @@ def test_methods_page_is_generated_from_the_registry():
 def test_docgen_reads_config_comments_types_and_bounds():
     from pydantic import Field
 
-    from harness.method import MethodConfig
+    from sourcebench.harness.method import MethodConfig
 
     class Base(MethodConfig):
         top_k: int = Field(8, ge=1)  # evidence items

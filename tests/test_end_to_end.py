@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from sourcebench.harness.cli import main
 from tests.conftest import SHARED_DATA, need_data
 
 pytestmark = pytest.mark.slow
@@ -113,7 +113,7 @@ def test_swe_qa_with_source_tree_and_llm_judge(tmp_path):
 
 
 def _cmd(out: Path) -> list[str]:
-    return [sys.executable, "-m", "harness.cli", "run", "--benchmark", "phantomwiki", "--methods",
+    return [sys.executable, "-m", "sourcebench.harness.cli", "run", "--benchmark", "phantomwiki", "--methods",
             "hybrid_rag,no_source", "--model", "scripted/extractive", "--limit", "8", "--seeds", "0,1",
             "--embedder", "hash", "--out", str(out), "--data-dir", str(SHARED_DATA), "--no-report"]
 
@@ -147,7 +147,7 @@ def test_killed_run_resumes_to_identical_results(tmp_path):
 @pytest.mark.parametrize("case", ["missing_data", "malformed", "unknown_method", "unreachable"])
 def test_user_errors_are_one_line_without_traceback(tmp_path, case):
     env = {**os.environ, "INSPECT_DISPLAY": "none"}
-    base = [sys.executable, "-m", "harness.cli", "run", "--benchmark", "phantomwiki", "--methods", "no_source",
+    base = [sys.executable, "-m", "sourcebench.harness.cli", "run", "--benchmark", "phantomwiki", "--methods", "no_source",
             "--model", "scripted/extractive", "--limit", "2", "--seeds", "0", "--embedder", "hash", "--out",
             str(tmp_path / "out")]
     if case == "missing_data":
@@ -180,7 +180,7 @@ def test_rows_of_another_method_version_are_set_aside_and_rerun(tmp_path, monkey
     """A folder never mixes a method's versions: old rows are kept in results.stale.jsonl, the cells
     run again, and calls the new version makes exactly as before come from the cache."""
     need_data("phantomwiki")
-    from methods.hybrid_rag import HybridRAG
+    from sourcebench.methods.hybrid_rag import HybridRAG
 
     out = tmp_path / "pw"
     args = ["run", "--benchmark", "phantomwiki", "--methods", "hybrid_rag,no_source", "--model", "scripted/extractive",

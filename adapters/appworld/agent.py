@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.data import estimate_tokens
+from sourcebench.harness.data import estimate_tokens
 
 from .channel import DocumentationChannel
 from .environment import Environment, Evaluation
@@ -28,7 +28,7 @@ from .history import trim
 from .prompt import app_descriptions_json, instruction_messages
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 MAX_STEPS = 50
 MAX_OBSERVATION_CHARS = 20_000

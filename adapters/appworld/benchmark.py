@@ -23,13 +23,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.data import Answer, Evidence, Score, Source, Split, Task, stable_hash
-from harness.errors import BenchmarkUnavailable, ConfigError, DataError
-from harness.method import ACTIVE_ANSWER
-from harness.splits import official_split
+from sourcebench.adapters.fetch import FetchedData
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.data import Answer, Evidence, Score, Source, Split, Task, stable_hash
+from sourcebench.harness.errors import BenchmarkUnavailable, ConfigError, DataError
+from sourcebench.harness.method import ACTIVE_ANSWER
+from sourcebench.harness.splits import official_split
 
 from ..availability import Availability, candidate_dirs
-from ..base import Benchmark
 from .agent import MAX_STEPS, ReActAgent
 from .channel import ChannelReply, DocumentationChannel
 from .environment import Environment, EnvironmentFailure, WorkerEnvironment
@@ -53,7 +54,7 @@ def scenario_goal_completion(rows: list[dict[str, Any]]) -> float | None:
     return sum(all(v) for v in by.values()) / len(by) if by else None
 
 
-class AppWorld(Benchmark):
+class AppWorld(FetchedData, Benchmark):
     name = "appworld"
     version = "2-A"  # 2: the official ReAct prompt, demonstration and history rule
     subdir = "appworld"

@@ -19,8 +19,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.data import Answer, Evidence, Task
-from harness.method import ActiveAnswer
+from sourcebench.harness.data import Answer, Evidence, Task
+from sourcebench.harness.method import ActiveAnswer
 
 TOP_K = 8
 MAX_REPLY_CHARS = 20_000  # the official scaffold cuts observations at 20,000 characters

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.errors import SourceBenchError
+from sourcebench.harness.errors import SourceBenchError
 
 WORKER = Path(__file__).with_name("worker.py")
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adapters.fetch.venv import ensure_venv
-from adapters.fetch.venv import run_logged as _run
-from harness.errors import DataError
+from sourcebench.adapters.fetch.venv import ensure_venv
+from sourcebench.adapters.fetch.venv import run_logged as _run
+from sourcebench.harness.errors import DataError
 
 from .environment import WORKER
 

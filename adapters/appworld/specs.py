@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from harness.data import Element, Source
-from harness.errors import DataError
+from sourcebench.harness.data import Element, Source
+from sourcebench.harness.errors import DataError
 
 DOCS_APP = "api_docs"
 

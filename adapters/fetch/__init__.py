@@ -15,12 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.errors import ConfigError
+from sourcebench.harness.errors import ConfigError
 
 Log = Callable[[str], None]
 
 # benchmark -> module under adapters.fetch implementing ``fetch`` and ``OPTIONS``
-FETCHERS = {b: f"adapters.fetch.{b}" for b in ("apibench", "swe_qa", "multidoc2dial", "narrativeqa", "phantomwiki")}
+FETCHERS = {b: f"sourcebench.adapters.fetch.{b}" for b in ("apibench", "swe_qa", "multidoc2dial", "narrativeqa", "phantomwiki")}
 # the command that gets each built-in benchmark's data (AppWorld has its own installer)
 COMMANDS = {**{b: f"sourcebench data fetch {b}" for b in FETCHERS}, "appworld": "sourcebench appworld-setup"}
 DEFAULT_DEST = Path("data")
@@ -62,3 +62,16 @@ def run_fetch(benchmark: str, dest: Path, settings: dict[str, str], log: Log) ->
     module = importlib.import_module(FETCHERS[benchmark])
     check_settings(benchmark, settings, module.OPTIONS)
     return module.fetch(Path(dest), settings, log)
+
+
+class FetchedData:
+    """What a built-in benchmark mixes in (before ``Benchmark``) so that ``sourcebench data fetch``
+    runs its module here and ``sourcebench data`` names the command."""
+
+    name: str
+
+    def fetch_command(self) -> str:
+        return command_for(self.name)
+
+    def fetch(self, dest: Path, settings: dict[str, str] | None = None, log: Log = print) -> FetchReport:
+        return run_fetch(self.name, Path(dest), dict(settings or {}), log)

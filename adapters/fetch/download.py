@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
-from harness.errors import DataError
+from sourcebench.harness.errors import DataError
 
 from . import FetchReport, Log
 from .manifest import Manifest

@@ -15,7 +15,7 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
-from harness.errors import DataError
+from sourcebench.harness.errors import DataError
 
 from . import Log
 

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.io import atomic_write_json
+from sourcebench.harness.io import atomic_write_json
 
 MANIFEST = "fetch-manifest.json"
 

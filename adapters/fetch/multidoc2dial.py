@@ -14,8 +14,8 @@ import shutil
 import zipfile
 from pathlib import Path
 
-from harness.errors import DataError
-from harness.io import atomic_file
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.io import atomic_file
 
 from . import FetchReport, Log
 from .download import RemoteFile, fetch_file, matches, sha256_of

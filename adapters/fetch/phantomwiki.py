@@ -17,7 +17,7 @@ import json
 import shutil
 from pathlib import Path
 
-from harness.errors import ConfigError, DataError
+from sourcebench.harness.errors import ConfigError, DataError
 
 from . import FetchReport, Log
 from .download import matches, sha256_of

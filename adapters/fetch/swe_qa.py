@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.errors import ConfigError
+from sourcebench.harness.errors import ConfigError
 
 from . import FetchReport, Log
 from .download import RemoteFile, fetch_files

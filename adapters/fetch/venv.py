@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness.errors import SourceBenchError
+from sourcebench.harness.errors import SourceBenchError
 
 from . import Log
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from adapters.phantomwiki import gold_path
+from sourcebench.adapters.phantomwiki import gold_path
 
 KEPT = ("id", "question", "answer", "type", "difficulty", "is_aggregation_question", "prolog")
 

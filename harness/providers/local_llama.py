@@ -35,7 +35,7 @@ Build ``response_schema`` with ``inspect_ai.util.json_schema(PydanticModel)`` (i
 silently drops ``$ref``, ``$defs``, ``const``, ``minItems`` and other keys it does not model, so a
 referenced sub-model arrives as ``{}`` (unconstrained) and a one-value ``Literal`` as a plain string.
 Array bounds (``minItems``/``maxItems``) of schemas the harness sends (``harness.llm``) are looked
-up in its registry of full schemas (:func:`harness.llm.full_schema`), so the grammar enforces them.
+up in its registry of full schemas (:func:`harness.schema_limits.full_schema`), so the grammar enforces them.
 A 135M model also needs the expected shape shown in the prompt (an example object): the grammar
 guarantees the syntax, but without an example SmolLM2 often runs on inside a string or list until
 ``max_tokens``.
@@ -68,7 +68,6 @@ evaluates every prompt from scratch, for a build whose kernels are not like that
 from __future__ import annotations
 
 import contextlib
-import copy
 import importlib.util
 import json
 import os
@@ -95,9 +94,9 @@ from inspect_ai.model import (
     modelapi,
 )
 from inspect_ai.tool import ToolChoice, ToolInfo
-from pydantic import BaseModel
 
-from harness.errors import ModelUnavailableError
+from sourcebench.harness.errors import ModelUnavailableError
+from sourcebench.harness.schema_limits import full_schema, prepare_json_schema
 
 try:  # inspect prints a PrerequisiteError as a message, without a traceback
     from inspect_ai._util.error import PrerequisiteError as _Prerequisite
@@ -433,81 +432,6 @@ def to_llama_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
     return out
 
 
-# JSON schema for "any JSON value": llama-cpp's converter reads an empty schema {} as "any *object*"
-_ANY_VALUE: dict[str, Any] = {"type": ["string", "number", "integer", "boolean", "array", "object", "null"]}
-_SUBSCHEMA_KEYS = ("items", "additionalProperties", "not")
-_SUBSCHEMA_LIST_KEYS = ("anyOf", "oneOf", "allOf", "prefixItems")
-_SUBSCHEMA_DICT_KEYS = ("properties", "$defs", "definitions")
-
-
-def prepare_json_schema(schema: BaseModel | dict[str, Any]) -> dict[str, Any]:
-    """A JSON schema as llama-cpp-python's grammar converter handles it best.
-
-    * accepts inspect's ``JSONSchema`` (dumped without ``None`` fields) or a plain dict such as
-      pydantic's ``model_json_schema()``;
-    * inlines local ``$ref``s (``#/$defs/...``, ``#/definitions/...``); a recursive reference is left in
-      place (the converter resolves it) and ``$defs`` is kept only for those;
-    * merges a single-element ``allOf`` (pydantic's wrapper for a described ``$ref``) into its parent,
-      since the converter treats ``allOf`` as object composition only;
-    * turns an empty sub-schema ``{}`` (any value) into an explicit union of all JSON types, because
-      the converter reads ``{}`` as "any object".
-    """
-    if isinstance(schema, BaseModel):
-        raw: dict[str, Any] = schema.model_dump(exclude_none=True)
-    else:
-        raw = copy.deepcopy(dict(schema))
-    defs: dict[str, Any] = {}
-    for key in ("$defs", "definitions"):
-        for name, sub in (raw.pop(key, None) or {}).items():
-            defs[f"#/{key}/{name}"] = sub
-    kept: dict[str, Any] = {}  # definitions still referenced (recursive ones)
-
-    def resolve(node: Any, expanding: frozenset[str]) -> Any:
-        if isinstance(node, list):
-            return [resolve(x, expanding) for x in node]
-        if not isinstance(node, dict):
-            return node
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref in defs:
-            extra = {k: v for k, v in node.items() if k != "$ref"}
-            if ref in expanding:  # recursion: keep the reference
-                kept[ref] = defs[ref]
-                return {"$ref": ref, **extra}
-            target = resolve(copy.deepcopy(defs[ref]), expanding | {ref})
-            return {**target, **resolve(extra, expanding)}  # the referring node's keys win
-        out: dict[str, Any] = {}
-        for k, v in node.items():
-            if k in _SUBSCHEMA_DICT_KEYS and isinstance(v, dict):
-                out[k] = {name: _fix_any(resolve(sub, expanding)) for name, sub in v.items()}
-            elif k in _SUBSCHEMA_LIST_KEYS and isinstance(v, list):
-                out[k] = [_fix_any(resolve(sub, expanding)) for sub in v]
-            elif k in _SUBSCHEMA_KEYS and isinstance(v, dict):
-                out[k] = _fix_any(resolve(v, expanding))
-            else:
-                out[k] = v
-        all_of = out.get("allOf")
-        if isinstance(all_of, list) and len(all_of) == 1 and isinstance(all_of[0], dict):
-            single = out.pop("allOf")[0]
-            out = {**single, **out}
-        return out
-
-    result = resolve(raw, frozenset())
-    # recursive definitions stay referenced: put them back where the converter looks them up
-    done: set[str] = set()
-    while set(kept) - done:
-        for ref in sorted(set(kept) - done):
-            done.add(ref)
-            section, name = ref[2:].split("/", 1)
-            result.setdefault(section, {})[name] = resolve(copy.deepcopy(defs[ref]), frozenset({ref}))
-    return result
-
-
-def _fix_any(sub: Any) -> Any:
-    if isinstance(sub, dict) and not sub:
-        return dict(_ANY_VALUE)
-    return sub
-
-
 _GRAMMARS: dict[str, Any] = {}
 
 
@@ -635,7 +559,6 @@ class LocalLlamaAPI(ModelAPI):
             request["logit_bias"] = dict(config.logit_bias)
         schema: dict[str, Any] | None = None
         if config.response_schema is not None:
-            from harness.llm import full_schema  # array bounds inspect's JSONSchema type cannot carry
 
             schema = prepare_json_schema(full_schema(config.response_schema.json_schema.model_dump(exclude_none=True)))
             request["response_format"] = {"type": "json_object", "schema": schema}

@@ -39,11 +39,11 @@ from typing import Any, ClassVar
 
 from pydantic import Field
 
-from harness.data import Answer, Element, Evidence, Source, Task
-from harness.elements import disjoint_pieces
-from harness.errors import DataError
-from harness.method import Context, LearnContext, Method
-from harness.retrieval import EXCERPT_CHARS
+from sourcebench.harness.data import Answer, Element, Evidence, Source, Task
+from sourcebench.harness.elements import disjoint_pieces
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.method import Context, LearnContext, Method
+from sourcebench.harness.retrieval import EXCERPT_CHARS
 
 from ..evidence import (
     MISSING_TARGET,

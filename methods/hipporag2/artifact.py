@@ -12,8 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.errors import DataError
-from harness.io import atomic_write_json, atomic_write_text
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.io import atomic_write_json, atomic_write_text
 
 from .graph import GraphData
 from .openie import PassageExtraction

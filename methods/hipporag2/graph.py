@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from harness.data import Element
-from harness.embeddings import Embedder
+from sourcebench.harness.data import Element
+from sourcebench.harness.embeddings import Embedder
 
 from .openie import PassageExtraction, Triple
 

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
-from harness.data import Element
-from harness.llm import bounded_list, bounded_text
+from sourcebench.harness.data import Element
+from sourcebench.harness.schema_limits import bounded_list, bounded_text
 
 from .prompts import ner_messages, triple_messages
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 Triple = tuple[str, str, str]
 

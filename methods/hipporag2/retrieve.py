@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING
 import numpy as np
 from pydantic import BaseModel
 
-from harness.embeddings import Embedder
-from harness.llm import bounded_list
+from sourcebench.harness.embeddings import Embedder
+from sourcebench.harness.schema_limits import bounded_list
 
 from .graph import GraphData, to_igraph
 from .openie import Triple, TripleItem, normalise
 from .prompts import filter_messages
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 FILTER_MAX_TOKENS = 512  # the official filter call's output budget
 

@@ -38,11 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.data import Answer, Source, Task
-from harness.errors import ConfigError, DataError
-from harness.io import atomic_write_text
-from harness.method import Context, LearnContext, Method
-from harness.retrieval import per_file_cap_for
+from sourcebench.harness.data import Answer, Source, Task
+from sourcebench.harness.errors import ConfigError, DataError
+from sourcebench.harness.io import atomic_write_text
+from sourcebench.harness.method import Context, LearnContext, Method
+from sourcebench.harness.retrieval import per_file_cap_for
 
 from ..evidence import load_index
 from .curator import KBCuratorConfig, train_iteration, training_order

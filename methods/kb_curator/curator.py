@@ -17,8 +17,8 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from harness.data import Answer, Task, normalise_ws, stable_hash
-from harness.method import Context, MethodConfig
+from sourcebench.harness.data import Answer, Task, normalise_ws, stable_hash
+from sourcebench.harness.method import Context, MethodConfig
 
 from .reader import Episode, answer_from_episode, fit_history, render_steps, run_reader
 from .tools import (

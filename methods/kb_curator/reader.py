@@ -14,8 +14,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from harness.data import Answer, Evidence, Task
-from harness.method import Context
+from sourcebench.harness.data import Answer, Evidence, Task
+from sourcebench.harness.method import Context
 
 from .tools import Finish, Observation, Read, ReaderStep, Search, ToolBox, describe_action
 

@@ -19,11 +19,11 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
-from harness.data import Element, Evidence, Source
-from harness.embeddings import Embedder
-from harness.errors import DataError
-from harness.io import atomic_write_text
-from harness.retrieval import HybridIndex, dense_text
+from sourcebench.harness.data import Element, Evidence, Source
+from sourcebench.harness.embeddings import Embedder
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.io import atomic_write_text
+from sourcebench.harness.retrieval import HybridIndex, dense_text
 
 STORE_FILE = "store.json"
 VECTORS_FILE = "embeddings.npy"

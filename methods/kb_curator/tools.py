@@ -20,9 +20,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from harness.data import Evidence, normalise_ws
-from harness.llm import bounded_list
-from harness.method import Context
+from sourcebench.harness.data import Evidence, normalise_ws
+from sourcebench.harness.method import Context
+from sourcebench.harness.schema_limits import bounded_list
 
 from .store import Document, Edit, KnowledgeStore, StoreIndex
 

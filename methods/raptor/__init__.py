@@ -36,10 +36,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from harness.data import Answer, Evidence, Source, Task
-from harness.elements import disjoint_pieces
-from harness.errors import DataError
-from harness.method import Context, LearnContext, Method
+from sourcebench.harness.data import Answer, Evidence, Source, Task
+from sourcebench.harness.elements import disjoint_pieces
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.method import Context, LearnContext, Method
 
 from ..evidence import (
     MISSING_TARGET,

@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from harness.data import Element, estimate_tokens
+from sourcebench.harness.data import Element, estimate_tokens
 
 _LINE_SPLIT = re.compile(r"\r?\n")
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from harness.data import estimate_tokens
-from harness.embeddings import Embedder
-from harness.errors import DataError
-from harness.io import atomic_write_text
+from sourcebench.harness.data import estimate_tokens
+from sourcebench.harness.embeddings import Embedder
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.io import atomic_write_text
 
 from .chunking import Chunk
 from .clustering import ClusterParams, cluster_nodes, worker_pool

@@ -17,8 +17,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from harness.data import normalise_ws
-from harness.llm import BoundLLM, bounded_list
+from sourcebench.harness.data import normalise_ws
+from sourcebench.harness.llm import BoundLLM
+from sourcebench.harness.schema_limits import bounded_list
 
 from .calls import bounded_map
 from .claims import PARENT_TYPE, KnowledgeType, Route

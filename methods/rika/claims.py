@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from harness.data import normalise_ws, stable_hash
+from sourcebench.harness.data import normalise_ws, stable_hash
 
 KnowledgeType = Literal["factual", "conceptual", "procedural", "metacognitive"]
 TYPE_ORDER: tuple[KnowledgeType, ...] = ("factual", "conceptual", "procedural", "metacognitive")

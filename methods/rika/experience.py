@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from harness.data import Evidence, normalise_ws, stable_hash
+from sourcebench.harness.data import Evidence, normalise_ws, stable_hash
 
 MIN_SPAN_CHARS = 4  # shorter quotes would match almost any text
 

@@ -18,8 +18,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from harness.data import normalise_ws
-from harness.llm import BoundLLM, bounded_list, bounded_text
+from sourcebench.harness.data import normalise_ws
+from sourcebench.harness.llm import BoundLLM
+from sourcebench.harness.schema_limits import bounded_list, bounded_text
 
 from .claims import PARENT_TYPE, KnowledgeType
 from .experience import Trajectory, grounded_spans

@@ -23,9 +23,9 @@ from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
-from harness.data import Answer, Source, Task
-from harness.errors import ConfigError
-from harness.method import Context, LearnContext, Method, MethodConfig
+from sourcebench.harness.data import Answer, Source, Task
+from sourcebench.harness.errors import ConfigError
+from sourcebench.harness.method import Context, LearnContext, Method, MethodConfig
 
 from ..evidence import TOP_K, load_index, retrieve
 from .admission import update

@@ -18,9 +18,10 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel
 
-from harness.data import normalise_ws
-from harness.embeddings import Embedder
-from harness.llm import BoundLLM, bounded_list
+from sourcebench.harness.data import normalise_ws
+from sourcebench.harness.embeddings import Embedder
+from sourcebench.harness.llm import BoundLLM
+from sourcebench.harness.schema_limits import bounded_list
 
 from .atomise import Atom
 from .calls import bounded_map

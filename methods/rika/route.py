@@ -15,8 +15,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from harness.data import normalise_ws
-from harness.llm import BoundLLM, bounded_text
+from sourcebench.harness.data import normalise_ws
+from sourcebench.harness.llm import BoundLLM
+from sourcebench.harness.schema_limits import bounded_text
 
 from .atomise import Atom
 from .calls import bounded_map

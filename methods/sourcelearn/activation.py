@@ -22,16 +22,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from harness.data import Source, Task, estimate_tokens
-from harness.llm import bounded_list
+from sourcebench.harness.data import Source, Task, estimate_tokens
+from sourcebench.harness.schema_limits import bounded_list
 
 from .config import SourceLearnConfig
 from .model import Region, SourceModel, Unit
 from .regions import routing_card
 
 if TYPE_CHECKING:
-    from harness.llm import ModelSpec
-    from harness.method import Context
+    from sourcebench.harness.llm import ModelSpec
+    from sourcebench.harness.method import Context
 
 PROMPT_RESERVE = 400  # tokens for the answer prompt's own wording and the question
 ROUTER_MAX_TOKENS = 300

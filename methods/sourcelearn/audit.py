@@ -26,15 +26,15 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import numpy as np
 from pydantic import BaseModel, Field
 
-from harness.data import Source, Task, estimate_tokens, stable_hash
-from harness.errors import DataError
-from harness.io import read_json, read_jsonl
+from sourcebench.harness.data import Source, Task, estimate_tokens, stable_hash
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.io import read_json, read_jsonl
 
 from .grounding import excerpts_block
 from .model import KIND_OF_ROLE, SourceModel, Unit
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 # -------------------------------------------------------------------------------- stages and kinds
 

@@ -18,11 +18,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from harness.data import Source, Task
-from harness.errors import ConfigError, DataError
-from harness.io import append_jsonl, atomic_write_json, atomic_write_text
-from harness.llm import LLM, BoundLLM, CallCache, ModelSpec, UsageLedger
-from harness.method import Command, NotApplicable
+from sourcebench.harness.data import Source, Task
+from sourcebench.harness.errors import ConfigError, DataError
+from sourcebench.harness.io import append_jsonl, atomic_write_json, atomic_write_text
+from sourcebench.harness.llm import LLM, BoundLLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.method import Command, NotApplicable
 
 from . import audit as A
 
@@ -62,7 +62,7 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     judged.add_argument("--max-tasks", type=int, help="coverage: test tasks per source and split (seeded subset)")
     judged.add_argument("--budget-tokens", type=int, help="most source-model tokens shown to the judge "
                         "(default 24000, less for a small context window)")
-    from harness.cli import reasoning_tokens
+    from sourcebench.harness.options import reasoning_tokens
 
     judged.add_argument("--reasoning-tokens", type=reasoning_tokens, metavar="N", help="the judge's reasoning "
                         "allowance on a reasoning backend (default: the run's, else by effort; 'unlimited': no cap)")
@@ -198,7 +198,7 @@ class _Env:
 
     def bench(self) -> Any:
         if self._bench is None:
-            from harness.registry import get_benchmark_class
+            from sourcebench.harness.registry import get_benchmark_class
 
             meta = self.rm.run.get("benchmark") or {}
             options = meta.get("options") if isinstance(meta, dict) else None

@@ -33,9 +33,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from harness.data import Element, Source
-from harness.llm import Message, bounded_list
-from harness.token_budget import fit_to_window
+from sourcebench.harness.data import Element, Source
+from sourcebench.harness.llm import Message
+from sourcebench.harness.schema_limits import bounded_list
+from sourcebench.harness.token_budget import fit_to_window
 
 from .config import SourceLearnConfig
 from .grounding import GateStats, gate_batch, gate_unit
@@ -44,7 +45,7 @@ from .regions import Partition, partition
 from .similarity import NearDuplicates, token_order, tokens_of
 
 if TYPE_CHECKING:
-    from harness.method import Context
+    from sourcebench.harness.method import Context
 
 READ_MAX_TOKENS = 1500
 MATERIAL_CHARS = 24_000  # an entity's material when the model has no declared context window

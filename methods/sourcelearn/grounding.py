@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field, create_model
 
-from harness.data import Source
-from harness.llm import bounded_list
-from harness.token_budget import fit_to_window
+from sourcebench.harness.data import Source
+from sourcebench.harness.schema_limits import bounded_list
+from sourcebench.harness.token_budget import fit_to_window
 
 from .model import Few, Ids, Phrase, Statement, Unit
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 # The grounder's evidence window (official reconstruction/defaults.py GROUND_CHARS and update.py
 # ``ground``): the first 6,000 characters of each cited element, so a claim about the later part of a

@@ -26,9 +26,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.data import Element, Source, Task
-from harness.retrieval import DEFAULT_CANDIDATES, HybridIndex, per_file_cap_for
-from methods.evidence import gold_document_elements
+from sourcebench.harness.data import Element, Source, Task
+from sourcebench.harness.retrieval import DEFAULT_CANDIDATES, HybridIndex, per_file_cap_for
+from sourcebench.methods.evidence import gold_document_elements
 
 if TYPE_CHECKING:
     from .config import SourceLearnConfig

@@ -34,11 +34,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, ClassVar
 
-from harness.data import Answer, Source, Task, estimate_tokens
-from harness.errors import DataError
-from harness.io import atomic_write_json
-from harness.method import Command, Context, Entry, LearnContext, Method
-from harness.token_budget import measure_chars_per_token
+from sourcebench.harness.data import Answer, Source, Task, estimate_tokens
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.io import atomic_write_json
+from sourcebench.harness.method import Command, Context, Entry, LearnContext, Method
+from sourcebench.harness.token_budget import measure_chars_per_token
 
 from ..evidence import NO_GOLD, failure, gold_document_elements, load_index, retrieve
 from .activation import activate

@@ -15,10 +15,10 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, Field
 
-from harness.data import Source, estimate_tokens, stable_hash
-from harness.errors import DataError
-from harness.io import atomic_write_text, read_json
-from harness.llm import bounded_list, bounded_text
+from sourcebench.harness.data import Source, estimate_tokens, stable_hash
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.io import atomic_write_text, read_json
+from sourcebench.harness.schema_limits import bounded_list, bounded_text
 
 FORMAT_VERSION = 1
 

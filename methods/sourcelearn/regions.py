@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from harness.data import Element, Source
+from sourcebench.harness.data import Element, Source
 
 from .model import Entity, Region
 
 if TYPE_CHECKING:
-    from harness.method import Context
+    from sourcebench.harness.method import Context
 
     from .config import SourceLearnConfig
 

@@ -30,15 +30,15 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from harness.data import Source
-from harness.llm import bounded_list, bounded_text
-from harness.token_budget import fit_to_window
+from sourcebench.harness.data import Source
+from sourcebench.harness.schema_limits import bounded_list, bounded_text
+from sourcebench.harness.token_budget import fit_to_window
 
 from .grounding import GROUND_CHARS, GateStats, gate_unit, preservation_check
 from .model import Cited, Few, Origin, Phrase, Scope, SourceModel, Statement, Unit
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 EXCERPT_CHARS = 1200  # default excerpt of the other stages' helpers (the retrieval excerpt's length)
 DEFAULT_WINDOW = 32_000  # tokens assumed when the backend declares no context window

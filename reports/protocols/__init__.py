@@ -24,9 +24,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from harness.errors import ConfigError
-from harness.io import atomic_write_json
-from harness.runner import RunLock
+from sourcebench.harness.errors import ConfigError
+from sourcebench.harness.io import atomic_write_json
+from sourcebench.harness.runner import RunLock
 
 PROTOCOLS = ("key-overlap", "break-even", "prequential", "harmful")
 NEEDS_MODEL = ("prequential", "harmful")
@@ -75,7 +75,7 @@ def compute(name: str, run_dir: Path, *, methods: list[str] | None = None, basel
     run_dir = Path(run_dir)
     settings = {k: v for k, v in (settings or {}).items() if v is not None}
     if name in ("key-overlap", "break-even"):
-        from ..leaderboard import load_run
+        from ..rundata import load_run
         from . import breakeven, keyoverlap
 
         data = load_run(run_dir)
@@ -114,7 +114,7 @@ def _merge(result: dict[str, Any], path: Path) -> dict[str, Any]:
     ``--methods a`` then ``--methods b`` leaves both in the file (a change of settings replaces it)."""
     if not path.exists():
         return result
-    from harness.io import read_json
+    from sourcebench.harness.io import read_json
 
     old = read_json(path)
     if old.get("settings") != result.get("settings") or old.get("benchmark") != result.get("benchmark"):

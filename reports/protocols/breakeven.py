@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..leaderboard import RunData, _benchmarks, _methods
+from ..rundata import RunData, benchmarks, methods_of
 
 DEFINITION = (
     "break-even tasks = (method's build cost per artifact - reference's) / (reference's answer cost per task - "
@@ -48,7 +48,7 @@ BASELINE_NOTE = "baseline: no zero-learning variant declared (more context than 
 
 
 def _method_class(name: str) -> Any:
-    from harness.registry import get_method_class
+    from sourcebench.harness.registry import get_method_class
 
     try:
         return get_method_class(name)
@@ -174,10 +174,10 @@ def compare(data: RunData, benchmark: str, method: str, reference: str, kind: st
 def compute(data: RunData, baseline: str = "hybrid_rag") -> dict[str, Any]:
     out: dict[str, Any] = {"protocol": "break-even", "definition": DEFINITION, "baseline": baseline,
                            "benchmarks": []}
-    for bench in _benchmarks(data):
+    for bench in benchmarks(data):
         ran = {r["method"] for r in data.results if r["benchmark"] == bench}
         methods = []
-        for m in _methods(data, bench):
+        for m in methods_of(data, bench):
             if m == baseline:
                 continue
             if m not in ran:

@@ -11,6 +11,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from sourcebench.harness.method import Command
+
 from . import PROTOCOLS, compute, parse_protocols
 
 EPILOG = """examples:
@@ -49,7 +51,7 @@ def add_settings(p: argparse.ArgumentParser) -> None:
 
 def protocol_list(text: str) -> list[str]:
     """argparse type of ``--protocols``: validated names, so a typo fails before any work."""
-    from harness.errors import ConfigError
+    from sourcebench.harness.errors import ConfigError
 
     try:
         return parse_protocols(text)
@@ -63,9 +65,9 @@ def settings_of(a: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(a: argparse.Namespace) -> int:
-    from harness.registry import get_method_class
+    from sourcebench.harness.registry import get_method_class
 
-    from ..leaderboard import load_run
+    from ..rundata import load_run
     from .render import protocol_sections
 
     methods = [m.strip() for m in (a.methods or "").split(",") if m.strip()] or None
@@ -75,13 +77,16 @@ def run(a: argparse.Namespace) -> int:
     for name in names:
         compute(name, a.run_dir, methods=methods, baseline=a.baseline, data_dir=a.data_dir,
                 settings=settings_of(a), progress=print)
-    from ..leaderboard import Table, _md_table
+    from ..layout import Table, md_table
 
     data = load_run(a.run_dir)
     for title, tables in protocol_sections(data, names, baseline=a.baseline, data_dir=a.data_dir):
         print(f"## {title}\n")
         for t in tables:
-            print(_md_table(t) if isinstance(t, Table) else f"({t.title}: {t.filename} in the report, "
+            print(md_table(t) if isinstance(t, Table) else f"({t.title}: {t.filename} in the report, "
                   "`sourcebench report RUN_DIR --protocols ...`)\n")
     print(f"written: {', '.join(str(a.run_dir / 'protocols' / f'{n}.json') for n in names)}")
     return 0
+
+
+COMMAND = Command(name="protocol", add_parser=add_parser, run=run)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from harness.method import Entry, Method
+from sourcebench.harness.method import Entry, Method
 
 __all__ = ["Entry", "EntryAccess", "as_entry", "entry_access"]
 

@@ -49,8 +49,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from harness.data import Task, stable_hash
-from harness.method import Context, Method
+from sourcebench.harness.data import Task, stable_hash
+from sourcebench.harness.method import Context, Method
 
 from ..stats import paired_test
 from .entries import Entry, EntryAccess, entry_access

@@ -5,7 +5,7 @@ and each method's accuracy (and actions, for agent methods) is reported per grou
 learns from guidance should gain most where the keys overlap and nothing where none does.
 
 A task's keys are what its question names (``KEYS_DEFINITION``), read through the benchmark's
-``task_keys`` hook (``adapters.base.Benchmark.task_keys``), never its answer: seed 002's keys are
+``task_keys`` hook (``sourcebench.harness.benchmark.Benchmark.task_keys``), never its answer: seed 002's keys are
 the named keys a reader's search uses (a person and a relation, or an attribute value). PhantomWiki
 names them in the question text (the people it names that are article titles of the universe, the
 attribute value of "the person whose A is V", its relation and attribute words); a benchmark that
@@ -28,12 +28,12 @@ from typing import Any
 
 import numpy as np
 
-from harness.data import Split, Task
-from harness.errors import SourceBenchError
-from harness.runner import limit_tasks
-from harness.splits import load_manifest
+from sourcebench.harness.data import Split, Task
+from sourcebench.harness.errors import SourceBenchError
+from sourcebench.harness.runner import limit_tasks
+from sourcebench.harness.splits import load_manifest
 
-from ..leaderboard import RunData, _benchmarks, _methods
+from ..rundata import RunData, benchmarks, methods_of
 from ..stats import bootstrap_ci, macro_accuracy, paired_test
 from .session import _data_dir_of
 
@@ -114,7 +114,7 @@ def gradient_note(tasks_by_group: dict[str, int]) -> str:
 
 
 def _benchmark(data: RunData, name: str, data_dir: Path | None) -> Any:
-    from harness.registry import get_benchmark_class
+    from sourcebench.harness.registry import get_benchmark_class
 
     meta = data.run.get("benchmark") or {}
     options = meta.get("options") if isinstance(meta, dict) else None
@@ -183,7 +183,7 @@ def compute(data: RunData, baseline: str = "hybrid_rag", data_dir: Path | None =
     """
     out: dict[str, Any] = {"protocol": "key-overlap", "definition": KEYS_DEFINITION, "baseline": baseline,
                            "min_group_tasks": MIN_GROUP_TASKS, "benchmarks": []}
-    for bench in _benchmarks(data):
+    for bench in benchmarks(data):
         entry: dict[str, Any] = {"benchmark": bench}
         try:
             groups = benchmark_groups(data, bench, data_dir)
@@ -197,7 +197,7 @@ def compute(data: RunData, baseline: str = "hybrid_rag", data_dir: Path | None =
         rows = [r for r in data.results if r["benchmark"] == bench]
         base = {_key(r): r for r in rows if r["method"] == baseline}
         methods = []
-        for m in _methods(data, bench):
+        for m in methods_of(data, bench):
             by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
             for r in rows:
                 if r["method"] == m:

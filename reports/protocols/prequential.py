@@ -46,9 +46,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict
 
-from harness.data import Task, stable_hash
-from harness.io import read_jsonl
-from harness.method import Context, LearnContext, Method
+from sourcebench.harness.data import Task, stable_hash
+from sourcebench.harness.io import read_jsonl
+from sourcebench.harness.method import Context, LearnContext, Method
 
 from ..stats import macro_accuracy, paired_test
 from .session import Plan, RunSession, answer_and_score, gather_limited

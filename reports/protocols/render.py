@@ -11,10 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.errors import SourceBenchError
-from harness.io import read_json
+from sourcebench.harness.errors import SourceBenchError
+from sourcebench.harness.io import read_json
 
-from ..leaderboard import NA, Figure, RunData, Table, _p, _pct, _safe
+from ..layout import NA, Figure, Table, fmt_p, pct, safe
+from ..rundata import RunData
 from . import breakeven, keyoverlap
 from .keyoverlap import GROUPS, NO_KEYS
 
@@ -36,7 +37,7 @@ def _num(x: float | None, fmt: str = "{:,.1f}") -> str:
 
 
 def _unavailable(title: str, b: dict[str, Any]) -> Table:
-    return Table(title, ["status"], [[_safe(b.get("status", "unavailable"))]], _safe(b.get("reason", "")))
+    return Table(title, ["status"], [[safe(b.get("status", "unavailable"))]], safe(b.get("reason", "")))
 
 
 # -- key-overlap ------------------------------------------------------------------------------------
@@ -46,7 +47,7 @@ def key_overlap_tables(result: dict[str, Any]) -> list[Table]:
     tables = []
     low = result.get("min_group_tasks", keyoverlap.MIN_GROUP_TASKS)
     for b in result["benchmarks"]:
-        title = f"{_safe(b['benchmark'])}: key-overlap groups"
+        title = f"{safe(b['benchmark'])}: key-overlap groups"
         if b["status"] != "ok":
             tables.append(_unavailable(title, b))
             continue
@@ -58,17 +59,17 @@ def key_overlap_tables(result: dict[str, Any]) -> list[Table]:
                     continue
                 n = f"{c.get('n_tasks', NA)} ({c['n']})"
                 if c.get("too_small"):
-                    rows.append([_safe(m["method"]), g, n, f"{_pct(c['accuracy'])} (too small)", "too small",
+                    rows.append([safe(m["method"]), g, n, f"{pct(c['accuracy'])} (too small)", "too small",
                                  "too small", _num(c.get("actions"))])
                     continue
-                acc = _pct(c["accuracy"]) + (f" [{_pct(c['ci_lo'])}, {_pct(c['ci_hi'])}]" if "ci_lo" in c else "")
+                acc = pct(c["accuracy"]) + (f" [{pct(c['ci_lo'])}, {pct(c['ci_hi'])}]" if "ci_lo" in c else "")
                 delta = f"{c['delta_pp']:+.1f}" if c.get("delta_pp") is not None else NA
-                rows.append([_safe(m["method"]), g, n, acc, delta, _p(c.get("p_value")), _num(c.get("actions"))])
+                rows.append([safe(m["method"]), g, n, acc, delta, fmt_p(c.get("p_value")), _num(c.get("actions"))])
         sizes = ", ".join(f"{g}: {b['tasks_by_group'].get(g, 0)}" for g in (*GROUPS, NO_KEYS)
                           if b["tasks_by_group"].get(g) or g in GROUPS)
-        lead = " ".join(x for x in (f"Test tasks per group ({sizes}).", _safe(b.get("note", ""))) if x)
+        lead = " ".join(x for x in (f"Test tasks per group ({sizes}).", safe(b.get("note", ""))) if x)
         note = (f"{lead} {result['definition']}. Accuracy with its 95% bootstrap interval (task as unit); Δ: paired "
-                f"mean difference vs {_safe(result['baseline'])} on the group's items (task-level paired test, "
+                f"mean difference vs {safe(result['baseline'])} on the group's items (task-level paired test, "
                 f"unadjusted p); a group with fewer than {low} distinct tasks is too small to compare (no interval, "
                 "Δ or p); n: distinct tasks (task x seed rows); actions: mean per task where the method reports "
                 "them (agent methods).")
@@ -83,22 +84,22 @@ def key_overlap_tables(result: dict[str, Any]) -> list[Table]:
 def break_even_tables(result: dict[str, Any]) -> list[Table]:
     tables = []
     for b in result["benchmarks"]:
-        title = f"{_safe(b['benchmark'])}: break-even vs each method's zero-learning variant (else the baseline)"
+        title = f"{safe(b['benchmark'])}: break-even vs each method's zero-learning variant (else the baseline)"
         if b["status"] != "ok":
             tables.append(_unavailable(title, b))
             continue
         rows = []
         for m in b["methods"]:
-            ref = _safe(m.get("reference", NA))
+            ref = safe(m.get("reference", NA))
             if m.get("reference_kind") == "baseline":
-                ref += f" (baseline; {_safe(m['missing_variant'])})" if m.get("missing_variant") else " (baseline)"
+                ref += f" (baseline; {safe(m['missing_variant'])})" if m.get("missing_variant") else " (baseline)"
             if m["status"] != "ok":
-                rows.append([_safe(m["method"]), ref if m.get("reference") else NA,
-                             _safe(m.get("reason") or m["status"])] + [NA] * 11)
+                rows.append([safe(m["method"]), ref if m.get("reference") else NA,
+                             safe(m.get("reason") or m["status"])] + [NA] * 11)
                 continue
             r = m["reference_costs"]
             rows.append([
-                _safe(m["method"]), ref, str(m["n_artifacts"]), _num(m["build_calls"]),
+                safe(m["method"]), ref, str(m["n_artifacts"]), _num(m["build_calls"]),
                 _num(m.get("build_judge_calls")), _num(m["build_tokens"], "{:,.0f}"),
                 _num(m.get("build_reasoning_tokens"), "{:,.0f}"),
                 f"{_num(m['answer_calls_per_task'], '{:,.2f}')} / {_num(r['answer_calls_per_task'], '{:,.2f}')}",
@@ -109,7 +110,7 @@ def break_even_tables(result: dict[str, Any]) -> list[Table]:
                 breakeven.fmt_tasks(m["break_even_calls"]) + " / " + breakeven.fmt_tasks(m["break_even_tokens"]),
             ])
         note = (f"{breakeven.DEFINITION}. Reference: the method's declared zero-learning variant, else "
-                f"{_safe(result['baseline'])} ({breakeven.BASELINE_NOTE}). Build columns are the method's own "
+                f"{safe(result['baseline'])} ({breakeven.BASELINE_NOTE}). Build columns are the method's own "
                 "learning per artifact (sub-artifacts it shares with its reference left out of both); answer "
                 "columns: method / reference per task; cells compared: (source, seed) cells both answered with no "
                 "failed row on either side (failed rows are left out of both sides with their cell).")
@@ -138,9 +139,9 @@ def prequential_tables(result: dict[str, Any]) -> list[Table | Figure]:
     def cost(c: dict[str, float] | None) -> str:
         return NA if c is None else f"{_num(c['calls'])} / {_num(c['tokens'], '{:,.0f}')}"
 
-    summary = [[_safe(m["method"]), _safe(m["mode"]), _safe(m.get("reference", NA)), cost(m.get("reference_cost")),
-                cost(m.get("online_learning_cost")), _pct(m["online"]), _pct(m["stateless"]),
-                f"{m['gain_pp']:+.1f}", _p(m.get("p_value")),
+    summary = [[safe(m["method"]), safe(m["mode"]), safe(m.get("reference", NA)), cost(m.get("reference_cost")),
+                cost(m.get("online_learning_cost")), pct(m["online"]), pct(m["stateless"]),
+                f"{m['gain_pp']:+.1f}", fmt_p(m.get("p_value")),
                 sparkline([c["online"] for c in m["curve"]]) + " / " + sparkline([c["stateless"] for c in m["curve"]])]
                for m in ms]
     s = result.get("settings", {})
@@ -160,8 +161,8 @@ def prequential_tables(result: dict[str, Any]) -> list[Table | Figure]:
     if ms:
         n = min(len(m["curve"]) for m in ms)
         starts = sorted({x for m in ms for x in m.get("block_starts", [])})
-        header = ["after n tasks"] + [f"{_safe(m['method'])} online / stateless %" for m in ms]
-        rows = [[str(k)] + [f"{_pct(m['curve'][k - 1]['online'])} / {_pct(m['curve'][k - 1]['stateless'])}"
+        header = ["after n tasks"] + [f"{safe(m['method'])} online / stateless %" for m in ms]
+        rows = [[str(k)] + [f"{pct(m['curve'][k - 1]['online'])} / {pct(m['curve'][k - 1]['stateless'])}"
                             for m in ms] for k in _checkpoints(n, starts)]
         note = ("Mean over (source, seed) streams of the cumulative mean score after n tasks; learning "
                 f"points (tasks learned from) at {', '.join(str(x) for x in starts) or NA}.")
@@ -180,19 +181,19 @@ def harmful_tables(result: dict[str, Any]) -> list[Table]:
     rows, flagged = [], []
     for m in result["methods"]:
         if m["status"] in ("no entries", "not learned"):
-            rows.append([_safe(m["method"]), m["status"]] + [NA] * 8)
+            rows.append([safe(m["method"]), m["status"]] + [NA] * 8)
             continue
         n_art = sum(1 for a in m["artifacts"] if a.get("status") == "ok")
-        rate = _pct(m["rate"]) if m.get("rate") is not None else f"{NA} ({_safe(m['status'])})"
-        rows.append([_safe(m["method"]), _safe(m.get("entry_kind")), str(n_art), str(m["n_entries"]),
+        rate = pct(m["rate"]) if m.get("rate") is not None else f"{NA} ({safe(m['status'])})"
+        rows.append([safe(m["method"]), safe(m.get("entry_kind")), str(n_art), str(m["n_entries"]),
                      str(m["n_exposed"]), str(m.get("n_undetectable", NA)), str(m.get("n_detectable", NA)),
                      str(m["n_evaluated"]), str(m["n_harmful"]), rate])
         for a in m["artifacts"]:
             for e in a.get("entries", []):
                 if e["harmful"]:
-                    flagged.append([_safe(m["method"]), _safe(a["source"]), str(a["seed"]), _safe(e["text"][:160]),
-                                    str(e["n_tasks"]), _pct(e["with_mean"]), _pct(e["without_mean"]),
-                                    _p(e["p_value"])])
+                    flagged.append([safe(m["method"]), safe(a["source"]), str(a["seed"]), safe(e["text"][:160]),
+                                    str(e["n_tasks"]), pct(e["with_mean"]), pct(e["without_mean"]),
+                                    fmt_p(e["p_value"])])
     s = result.get("settings", {})
     need = result.get("min_detectable_tasks")
     detect = (f"Undetectable: exposed to fewer than {need} tasks, the fewest at which the exact sign-flip test can "
@@ -224,7 +225,7 @@ def stored(run_dir: Path, name: str) -> dict[str, Any] | None:
 
 def _missing(name: str, run_dir: Path) -> list[Table]:
     return [Table(f"{name}: status", ["status"], [["not computed"]],
-                  f"This protocol needs model calls: run `sourcebench protocol {name} {_safe(run_dir)}` first.")]
+                  f"This protocol needs model calls: run `sourcebench protocol {name} {safe(run_dir)}` first.")]
 
 
 def tables_for(name: str, data: RunData, baseline: str, data_dir: Path | None) -> list[Table | Figure]:

@@ -17,16 +17,16 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from harness import method as method_module
-from harness.artifacts import MANIFEST, ArtifactStore
-from harness.data import Answer, Score, Source, Split, Task
-from harness.embeddings import get_embedder
-from harness.errors import DataError, ModelUnavailableError
-from harness.io import read_json
-from harness.llm import LLM, BoundLLM, Message, ModelSpec, UsageLedger
-from harness.method import Context, Method
-from harness.runner import RunConfig, Runner, limit_tasks
-from harness.splits import load_manifest, manifest_path
+from sourcebench.harness import method as method_module
+from sourcebench.harness.artifacts import MANIFEST, ArtifactStore
+from sourcebench.harness.data import Answer, Score, Source, Split, Task
+from sourcebench.harness.embeddings import get_embedder
+from sourcebench.harness.errors import DataError, ModelUnavailableError
+from sourcebench.harness.io import read_json
+from sourcebench.harness.llm import LLM, BoundLLM, Message, ModelSpec, UsageLedger
+from sourcebench.harness.method import Context, Method
+from sourcebench.harness.runner import RunConfig, Runner, limit_tasks
+from sourcebench.harness.splits import load_manifest, manifest_path
 
 PHASE = "protocol"
 C = TypeVar("C", bound=Context)
@@ -118,7 +118,7 @@ def run_config(run_dir: Path, methods: list[str] | None = None, data_dir: Path |
         method_configs={n: configs[n] for n in names if n in configs},
         embedder=str(run.get("embedder") or "auto"),
         max_tokens=int(model.get("max_tokens") or 512), temperature=float(model.get("temperature") or 0.0),
-        context_window=model.get("context_window"), write_report=False,
+        context_window=model.get("context_window"),
         **{k: v for k, v in (run.get("execution") or {}).items() if k in _RETRY_FIELDS and k in _CONFIG_FIELDS},
     )
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from adapters.appworld.environment import Evaluation, TaskInfo
+from sourcebench.adapters.appworld.environment import Evaluation, TaskInfo
 
 SUPERVISOR = {"first_name": "Joan", "last_name": "Rivera", "email": "joan.rivera@example.com"}
 

@@ -2,9 +2,9 @@ import asyncio
 
 import pytest
 
-from adapters.apibench import APIBench
-from harness.data import Answer
-from harness.errors import DataError
+from sourcebench.adapters.apibench import APIBench
+from sourcebench.harness.data import Answer
+from sourcebench.harness.errors import DataError
 from tests.conftest import need_data
 
 

@@ -13,29 +13,29 @@ from pathlib import Path
 
 import pytest
 
-from adapters.appworld import AppWorld, scenario_goal_completion
-from adapters.appworld.agent import (
+from sourcebench.adapters.appworld import AppWorld, scenario_goal_completion
+from sourcebench.adapters.appworld.agent import (
     MAX_STEPS,
     ReActAgent,
     documentation_calls,
     extract_code,
     lookup_query,
 )
-from adapters.appworld.channel import DocumentationChannel
-from adapters.appworld.environment import EnvironmentFailure, WorkerEnvironment
-from adapters.appworld.history import BLANKED, MAX_HISTORY_CHARS, TRIMMED, trim
-from adapters.appworld.install import Installation
-from adapters.appworld.prompt import CONTEXT_HEADING, app_descriptions_json, instruction_messages
-from harness.artifacts import ArtifactStore
-from harness.data import Answer, Task, estimate_tokens
-from harness.embeddings import HashEmbedder
-from harness.errors import BenchmarkUnavailable, DataError
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-from harness.method import ACTIVE_ANSWER, ActiveAnswer, Context
-from harness.providers import scripted
-from methods.hybrid_rag import HybridRAG
-from methods.no_source import NoSource
-from reports.leaderboard import _deviations
+from sourcebench.adapters.appworld.channel import DocumentationChannel
+from sourcebench.adapters.appworld.environment import EnvironmentFailure, WorkerEnvironment
+from sourcebench.adapters.appworld.history import BLANKED, MAX_HISTORY_CHARS, TRIMMED, trim
+from sourcebench.adapters.appworld.install import Installation
+from sourcebench.adapters.appworld.prompt import CONTEXT_HEADING, app_descriptions_json, instruction_messages
+from sourcebench.harness.artifacts import ArtifactStore
+from sourcebench.harness.data import Answer, Task, estimate_tokens
+from sourcebench.harness.embeddings import HashEmbedder
+from sourcebench.harness.errors import BenchmarkUnavailable, DataError
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.method import ACTIVE_ANSWER, ActiveAnswer, Context
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.hybrid_rag import HybridRAG
+from sourcebench.methods.no_source import NoSource
+from sourcebench.reports.leaderboard import _deviations, write_report
 from tests.adapters.appworld_fakes import FakeEnv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -98,7 +98,7 @@ def test_documentation_calls_are_recognised_and_mixed_blocks_refused():
 
 
 def test_worker_refuses_code_that_touches_the_docs_app():
-    from adapters.appworld import worker
+    from sourcebench.adapters.appworld import worker
 
     out = worker.Session().execute("print(getattr(apis, 'api_docs').show_api_doc(app_name='x', api_name='y'))")
     assert out == {"output": worker.REFUSAL}
@@ -310,7 +310,7 @@ def test_a_closed_book_method_gets_no_documentation(tmp_path, monkeypatch):
 
 
 def test_channel_without_an_active_method_searches_the_task_context():
-    from harness.data import Evidence
+    from sourcebench.harness.data import Evidence
 
     ev = [Evidence(element_id=f"e{i}", title=t, text=t) for i, t in enumerate(["spotify login", "venmo payments", "x"])]
     ch = DocumentationChannel(task(), None, ev, "a note", k=1)
@@ -411,7 +411,7 @@ def _agent_script(msgs, schema):
 
 @pytest.mark.slow
 def test_runner_scores_methods_by_their_documentation(tmp_path, monkeypatch):
-    from harness.runner import RunConfig, Runner
+    from sourcebench.harness.runner import RunConfig, Runner
 
     envs = {}
 
@@ -424,7 +424,8 @@ def test_runner_scores_methods_by_their_documentation(tmp_path, monkeypatch):
     scripted.set_script(_agent_script)
     out = tmp_path / "run"
     Runner(RunConfig(benchmark="appworld", methods=["hybrid_rag", "no_source"], model="scripted/unit", out=out,
-                     data_dir=FIXTURES, embedder="hash", seeds=[0], write_report=True)).run()
+                     data_dir=FIXTURES, embedder="hash", seeds=[0])).run()
+    write_report(out, data_dir=FIXTURES)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert len(rows) == 6 and {r["task_id"] for r in rows} == {"c3d4e5f_1", "c3d4e5f_2", "d4e5f6a_1"}
     by = {m: sum(r["score"] for r in rows if r["method"] == m) for m in ("hybrid_rag", "no_source")}
@@ -437,7 +438,7 @@ def test_runner_scores_methods_by_their_documentation(tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_unavailable_run_is_recorded_and_reported_without_a_score(tmp_path, capsys):
-    from harness.cli import main
+    from sourcebench.harness.cli import main
 
     root = tmp_path / "aw"
     root.mkdir()

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from adapters.appworld import AppWorld
-from harness.runner import RunConfig, Runner
+from sourcebench.adapters.appworld import AppWorld
+from sourcebench.harness.runner import RunConfig, Runner
 from tests.adapters.appworld_fakes import FakeEnv
 from tests.conftest import need_data
 

@@ -3,8 +3,8 @@
 import json
 from pathlib import Path
 
-from adapters import availability
-from harness.cli import main
+from sourcebench.adapters import availability
+from sourcebench.harness.cli import main
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 SIX = {"phantomwiki", "apibench", "swe_qa", "multidoc2dial", "narrativeqa", "appworld"}
@@ -62,7 +62,7 @@ def test_this_machine(capsys):
 
 def test_bare_clone_has_phantomwiki_bundled(capsys, monkeypatch, tmp_path):
     """No data folder anywhere (a bare clone): PhantomWiki is present, from the universe the package ships."""
-    import adapters.phantomwiki as pw
+    import sourcebench.adapters.phantomwiki as pw
 
     monkeypatch.setattr(pw, "default_data_dirs", lambda: [tmp_path / "data", tmp_path / "shared" / "data"])
     row = report(capsys)["phantomwiki"]

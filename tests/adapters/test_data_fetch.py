@@ -16,17 +16,17 @@ from pathlib import Path
 
 import pytest
 
-from adapters import availability
-from adapters.apibench import APIBench
-from adapters.fetch import FETCHERS, apibench, multidoc2dial, phantomwiki, run_fetch, swe_qa
-from adapters.fetch.download import RemoteFile, fetch_file, sha256_of
-from adapters.fetch.manifest import MANIFEST, Manifest
-from adapters.multidoc2dial import MultiDoc2Dial
-from adapters.narrativeqa import HF_REVISION, PAPER_STORIES, NarrativeQA
-from adapters.phantomwiki import PhantomWiki
-from adapters.swe_qa import SWEQA
-from harness.cli import main
-from harness.errors import ConfigError, DataError
+from sourcebench.adapters import availability
+from sourcebench.adapters.apibench import APIBench
+from sourcebench.adapters.fetch import FETCHERS, apibench, multidoc2dial, phantomwiki, run_fetch, swe_qa
+from sourcebench.adapters.fetch.download import RemoteFile, fetch_file, sha256_of
+from sourcebench.adapters.fetch.manifest import MANIFEST, Manifest
+from sourcebench.adapters.multidoc2dial import MultiDoc2Dial
+from sourcebench.adapters.narrativeqa import HF_REVISION, PAPER_STORIES, NarrativeQA
+from sourcebench.adapters.phantomwiki import PhantomWiki
+from sourcebench.adapters.swe_qa import SWEQA
+from sourcebench.harness.cli import main
+from sourcebench.harness.errors import ConfigError, DataError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -427,7 +427,7 @@ def test_phantomwiki_missing_prerequisites_are_named_in_one_line(monkeypatch, tm
 
 
 def test_find_python_skips_interpreters_that_do_not_run_or_are_too_old(tmp_path):
-    from adapters.fetch.venv import find_python
+    from sourcebench.adapters.fetch.venv import find_python
 
     shim = tmp_path / "python3.12"
     shim.write_text("#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n")

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters import availability
-from adapters.multidoc2dial import MultiDoc2Dial, document_sections
-from harness.data import Answer, Task
-from harness.errors import ConfigError, DataError
+from sourcebench.adapters import availability
+from sourcebench.adapters.multidoc2dial import MultiDoc2Dial, document_sections
+from sourcebench.harness.data import Answer, Task
+from sourcebench.harness.errors import ConfigError, DataError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REG = "Renew your vehicle registration#1_0"
@@ -157,7 +157,7 @@ def test_hub_parquet_conversion_gives_the_same_benchmark(tmp_path, monkeypatch):
     """The Hub path with the network replaced by local files in the parquet branch's layout."""
     root = _parquet_layout(tmp_path)
     monkeypatch.setattr(availability, "hub_reachable", lambda timeout=3.0: "")
-    monkeypatch.setattr("adapters.multidoc2dial.parquet_url",
+    monkeypatch.setattr("sourcebench.adapters.multidoc2dial.parquet_url",
                         lambda repo, rev, path: str(root / path))
     hub = MultiDoc2Dial(data_dir=tmp_path / "empty")
     local = bench()

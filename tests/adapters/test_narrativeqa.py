@@ -5,10 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters import availability
-from adapters.narrativeqa import PAPER_STORIES, NarrativeQA, drop_near_duplicates, story_text
-from harness.data import Task
-from harness.errors import DataError
+from sourcebench.adapters import availability
+from sourcebench.adapters.narrativeqa import PAPER_STORIES, NarrativeQA, drop_near_duplicates, story_text
+from sourcebench.harness.data import Task
+from sourcebench.harness.errors import DataError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 MOVIE, BOOK = PAPER_STORIES["breakfast_club"][0], PAPER_STORIES["call_of_the_wild"][0]
@@ -162,6 +162,6 @@ def test_a_snapshot_that_cannot_be_saved_is_logged_and_the_run_goes_on(tmp_path,
     blocked = tmp_path / "file"
     blocked.write_text("a file where the data folder would go")
     b = NarrativeQA(data_dir=blocked)
-    with caplog.at_level("WARNING", logger="adapters.narrativeqa"):
+    with caplog.at_level("WARNING", logger="sourcebench.adapters.narrativeqa"):
         assert b.source_ids() == ["breakfast_club", "call_of_the_wild"]
     assert "could not save the streamed rows" in caplog.text

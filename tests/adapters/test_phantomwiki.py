@@ -2,11 +2,11 @@ import json
 
 import pytest
 
-import adapters.phantomwiki as pw
-from adapters.phantomwiki import PhantomWiki
-from adapters.phantomwiki_data.trim import KEPT, trim_questions
-from adapters.phantomwiki_data.trim import main as trim_main
-from harness.errors import ConfigError, DataError
+import sourcebench.adapters.phantomwiki as pw
+from sourcebench.adapters.phantomwiki import PhantomWiki
+from sourcebench.adapters.phantomwiki_data.trim import KEPT, trim_questions
+from sourcebench.adapters.phantomwiki_data.trim import main as trim_main
+from sourcebench.harness.errors import ConfigError, DataError
 from tests.conftest import need_data
 
 
@@ -175,7 +175,7 @@ def test_trimming_the_real_instance_keeps_every_task_identical(tmp_path):
 
 
 def test_trimming_refuses_a_change_of_gold_path(monkeypatch):
-    from adapters.phantomwiki_data import trim
+    from sourcebench.adapters.phantomwiki_data import trim
 
     monkeypatch.setattr(trim, "trim_question", lambda q, people: {**q, "solution_traces": []})
     q = {"id": "q1", "prolog": {"query": ['friend("Ann Lee", Y_2)']}, "solution_traces": [{"Y_2": "Bo Kim"}]}
@@ -187,7 +187,7 @@ def test_trimming_refuses_a_change_of_gold_path(monkeypatch):
 def test_quickstart_command_runs_on_the_bundled_universe(no_data_folders, tmp_path, capsys):
     """README command 1 as on a bare clone (scripted model and hash embedder instead of SmolLM2): it
     finishes with a leaderboard, says once that it used the bundled universe, and run.json names it."""
-    from harness.cli import main
+    from sourcebench.harness.cli import main
 
     out = tmp_path / "quickstart"
     assert main(["run", "--benchmark", "phantomwiki", "--opt", "max_difficulty=2", "--methods", "hybrid_rag,no_source",

@@ -1,7 +1,7 @@
 import pytest
 
-from adapters.swe_qa import SWEQA
-from harness.errors import DataError
+from sourcebench.adapters.swe_qa import SWEQA
+from sourcebench.harness.errors import DataError
 from tests.conftest import need_data
 
 

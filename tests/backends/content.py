@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.providers.scripted import extractive_reply
+from sourcebench.harness.providers.scripted import extractive_reply
 
 _WORD = re.compile(r"[A-Za-z0-9]{2,}")
 _STOP = {"the", "of", "is", "are", "was", "were", "what", "who", "which", "and", "to", "in", "a", "an", "for",

@@ -11,8 +11,7 @@ from collections import Counter
 import pytest
 from pydantic import BaseModel, ValidationError
 
-import judges
-import methods
+from sourcebench import judges, methods
 from tests.backends.content import PromptView, instance, plain_reply
 
 PROMPT = [{"role": "system", "content": "You read sources and answer in JSON."},

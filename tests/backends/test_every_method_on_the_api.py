@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
-from harness.health import EXIT_DEGRADED
-from harness.registry import method_names
+from sourcebench.harness.cli import main
+from sourcebench.harness.health import EXIT_DEGRADED
+from sourcebench.harness.registry import method_names
 from tests.conftest import SHARED_DATA, need_data
 
 pytestmark = pytest.mark.slow

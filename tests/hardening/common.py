@@ -25,7 +25,7 @@ def pw_args(out: Path, model: str, methods: str = "hybrid_rag", limit: int = 4, 
 def run_sub(args: list[str], env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
     """``sourcebench ARGS`` in a fresh interpreter (what a user runs; needed to kill it)."""
     full_env = {**os.environ, "INSPECT_DISPLAY": "none", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "sourcebench.harness.cli", *args], capture_output=True, text=True,
                           env=full_env, timeout=timeout, cwd=ROOT)
 
 
@@ -34,7 +34,7 @@ def popen(args: list[str], env: dict[str, str] | None = None, log: Path | None =
     full_env = {**os.environ, "INSPECT_DISPLAY": "none", **(env or {})}
     sink = open(log, "w") if log else subprocess.DEVNULL
     try:
-        return subprocess.Popen([sys.executable, "-m", "harness.cli", *args], env=full_env, cwd=ROOT,
+        return subprocess.Popen([sys.executable, "-m", "sourcebench.harness.cli", *args], env=full_env, cwd=ROOT,
                                 stdout=sink, stderr=subprocess.STDOUT)
     finally:
         if log:

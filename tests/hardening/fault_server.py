@@ -116,7 +116,7 @@ class Stats:
 
 def reply_text(messages: list[dict[str, Any]], schema: dict[str, Any] | None) -> str:
     """The scripted model's default policy, so results match a ``scripted/extractive`` run."""
-    from harness.providers.scripted import extractive_reply, instance_from_schema
+    from sourcebench.harness.providers.scripted import extractive_reply, instance_from_schema
 
     prompt = "\n".join(_text(m.get("content")) for m in messages)
     if schema is not None:

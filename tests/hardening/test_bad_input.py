@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.cli import main
+from sourcebench.harness.cli import main
 from tests.conftest import need_data
 
 ARTICLES = [

@@ -16,10 +16,10 @@ from collections import Counter
 import pytest
 from pydantic import BaseModel
 
-from harness.cli import main
-from harness.errors import ModelUnavailableError
-from harness.health import EXIT_DEGRADED
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.cli import main
+from sourcebench.harness.errors import ModelUnavailableError
+from sourcebench.harness.health import EXIT_DEGRADED
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
 from tests.conftest import need_data
 from tests.hardening.common import comparable, jsonl, pw_args, rows
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.io import redact_secrets
+from sourcebench.harness.io import redact_secrets
 from tests.conftest import need_data
 from tests.hardening.common import PLANTED_KEY, pw_args, rows, run_sub
 
@@ -97,7 +97,7 @@ def test_redaction_masks_env_keys_urls_and_bearer_tokens(monkeypatch):
 
 
 def test_secret_values_follow_the_environment(monkeypatch):
-    from harness.io import secret_values
+    from sourcebench.harness.io import secret_values
 
     monkeypatch.setenv("SOME_SERVICE_API_KEY", "first-value-0123456789")
     assert "first-value-0123456789" in secret_values()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from harness.runner import shard_of
+from sourcebench.harness.runner import shard_of
 from tests.conftest import need_data
 from tests.hardening.common import cache_keys, comparable, live_calls, pw_args, row_key, rows, run_sub
 
@@ -49,8 +49,8 @@ def test_test_processes_refused_with_ray(tmp_path):
 
 def test_local_model_cores_split_over_test_processes(monkeypatch, tmp_path):
     """Each of N test processes of an embedded model gets 1/N of the contexts the machine would get."""
-    from harness.executors import _local_share
-    from harness.runner import RunConfig
+    from sourcebench.harness.executors import _local_share
+    from sourcebench.harness.runner import RunConfig
 
     monkeypatch.delenv("SOURCEBENCH_LOCAL_INSTANCES", raising=False)
     monkeypatch.delenv("SOURCEBENCH_LOCAL_THREADS", raising=False)

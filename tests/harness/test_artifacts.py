@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from harness.artifacts import MANIFEST, ArtifactStore
+from sourcebench.harness.artifacts import MANIFEST, ArtifactStore
 
 
 def test_staging_folders_of_killed_builds_are_removed(tmp_path):

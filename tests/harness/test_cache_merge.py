@@ -7,11 +7,11 @@ import json
 import numpy as np
 import pytest
 
-from harness.cache_merge import merge_caches
-from harness.cli import main
-from harness.embeddings import EmbeddingCache
-from harness.errors import ConfigError
-from harness.llm import CallCache
+from sourcebench.harness.cache_merge import merge_caches
+from sourcebench.harness.cli import main
+from sourcebench.harness.embeddings import EmbeddingCache
+from sourcebench.harness.errors import ConfigError
+from sourcebench.harness.llm import CallCache
 
 
 def _cache(folder, calls: dict[str, str], vectors: dict[str, list[float]] | None = None):

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from harness.cli import build_parser, resolve_guidance_limit
+from sourcebench.harness.cli import build_parser
+from sourcebench.harness.options import resolve_guidance_limit
 
 
 @pytest.mark.parametrize(("limit", "given", "expected"), [
@@ -34,8 +35,8 @@ def test_reasoning_effort_reaches_solver_and_judge_and_is_recorded(tmp_path, sha
     """--reasoning-effort / --judge-reasoning-effort: passed to each role's calls, kept in run.json."""
     import json
 
-    from harness.cli import main
-    from harness.providers import scripted
+    from sourcebench.harness.cli import main
+    from sourcebench.harness.providers import scripted
     from tests.conftest import need_data
 
     need_data("swe_qa")
@@ -53,3 +54,17 @@ def test_reasoning_effort_reaches_solver_and_judge_and_is_recorded(tmp_path, sha
     assert efforts == {("extractive", "low"), ("judge", "high")}
     run = json.loads((out / "run.json").read_text())
     assert run["model"]["reasoning_effort"] == "low" and run["judge_model"]["reasoning_effort"] == "high"
+
+
+def test_the_builtin_command_names_are_the_parsers():
+    """``common.BUILTIN_COMMANDS`` (what conformance reserves) names exactly the parser's own commands
+    and none that a package registers."""
+    import argparse
+
+    from sourcebench.harness.cli.common import BUILTIN_COMMANDS
+    from sourcebench.harness.registry import command_targets
+
+    parser = build_parser(with_method_commands=False)
+    names = {n for a in parser._actions if isinstance(a, argparse._SubParsersAction) for n in a.choices}
+    assert names == set(BUILTIN_COMMANDS) | set(command_targets())
+    assert not set(BUILTIN_COMMANDS) & set(command_targets())

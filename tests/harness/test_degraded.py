@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from harness.cli import main
-from harness.health import EXIT_DEGRADED
+from sourcebench.harness.cli import main
+from sourcebench.harness.health import EXIT_DEGRADED
 from tests.conftest import SHARED_DATA, need_data
 
 pytestmark = pytest.mark.slow

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from harness import elements as E
-from harness.data import fingerprint
-from harness.errors import DataError
+from sourcebench.harness import elements as E
+from sourcebench.harness.data import fingerprint
+from sourcebench.harness.errors import DataError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 PHANTOMWIKI = SHARED / "data/phantomwiki/seed1_people51_depth20/articles.json"
@@ -340,7 +340,7 @@ def make_tree(root: Path) -> None:
 
 def test_load_tree(tmp_path, caplog):
     make_tree(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="harness.elements"):
+    with caplog.at_level(logging.WARNING, logger="sourcebench.harness.elements"):
         els = E.load_tree(tmp_path, max_file_bytes=100)
     assert ids(els) == ["README.txt#part-1", "docs/guide.md#guide", "pkg/mod.py", "pkg/mod.py#f", "setup.cfg"]
     assert "big.txt" in caplog.text and "skipped 3 file(s)" in caplog.text

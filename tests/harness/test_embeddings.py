@@ -14,9 +14,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 import pytest
 
-from harness import embed_limits as L
-from harness import embeddings as E
-from harness.errors import ConfigError, ModelUnavailableError
+from sourcebench.harness import embed_limits as L
+from sourcebench.harness import embeddings as E
+from sourcebench.harness.errors import ConfigError, ModelUnavailableError
 
 
 class CountingEmbedder(E.Embedder):
@@ -453,7 +453,7 @@ def test_request_token_total_is_respected(fake_api):
 
 def test_first_cut_logs_one_line(fake_api, caplog):
     e = _openai(fake_api)
-    with caplog.at_level(logging.WARNING, logger="harness.embeddings"):
+    with caplog.at_level(logging.WARNING, logger="sourcebench.harness.embeddings"):
         e.embed([_words(9000, seed=s) for s in range(3)])
         e.embed([_words(9000, seed=9)])
     lines = [r.getMessage() for r in caplog.records if "was cut" in r.getMessage()]
@@ -562,10 +562,10 @@ def test_every_embedding_goes_through_embedder_embed():
 
 def test_hipporag2_graph_and_index_build_on_a_limit_enforcing_api(fake_api, tmp_path):
     # The run that stopped: HippoRAG 2 embeds whole files; one is 15,000 tokens. Same rule for the index.
-    from harness.data import Element
-    from harness.retrieval import HybridIndex
-    from methods.hipporag2.graph import build_graph
-    from methods.hipporag2.openie import PassageExtraction
+    from sourcebench.harness.data import Element
+    from sourcebench.harness.retrieval import HybridIndex
+    from sourcebench.methods.hipporag2.graph import build_graph
+    from sourcebench.methods.hipporag2.openie import PassageExtraction
 
     elements = [Element(id="big.py", title="big.py", text=_words(15_000, seed=3), kind="file"),
                 Element(id="small.py", title="small.py", text="def f():\n    return 1\n", kind="file")]

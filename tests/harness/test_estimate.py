@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from harness.cli import main
-from harness.estimate import Rate, dump_rates, load_rates, measure
+from sourcebench.harness.cli import main
+from sourcebench.harness.estimate import Rate, dump_rates, load_rates, measure
 from tests.conftest import need_data
 
 pytestmark = pytest.mark.slow

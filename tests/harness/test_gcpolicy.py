@@ -1,6 +1,6 @@
 import gc
 
-from harness.gcpolicy import long_lived_frozen
+from sourcebench.harness.gcpolicy import long_lived_frozen
 
 
 def test_freeze_is_undone_only_by_the_outermost_exit():

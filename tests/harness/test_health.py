@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from harness.health import run_health
+from sourcebench.harness.health import run_health
 
 
 def _artifact(run_dir, method, key, stages):

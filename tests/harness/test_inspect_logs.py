@@ -4,7 +4,7 @@ import zipfile
 
 from inspect_ai._util import zipfile as inspect_zip
 
-from harness.inspect_tasks import _mentions_secret, single_threaded_log_compression
+from sourcebench.harness.inspect_tasks import _mentions_secret, single_threaded_log_compression
 
 
 def test_compression_is_single_threaded_only_inside_and_restored():

@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from harness.io import atomic_file, atomic_write_json, atomic_write_text
+from sourcebench.harness.io import atomic_file, atomic_write_json, atomic_write_text
 
 
 def _umask() -> int:

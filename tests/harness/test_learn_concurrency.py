@@ -10,13 +10,13 @@ from typing import Any, ClassVar
 
 import pytest
 
-from harness import registry
-from harness.artifacts import ArtifactStore
-from harness.data import Answer, Task
-from harness.errors import ConfigError
-from harness.method import Context, LearnContext, Method
-from harness.registry import register_method
-from harness.runner import RunConfig, Runner
+from sourcebench.harness import registry
+from sourcebench.harness.artifacts import ArtifactStore
+from sourcebench.harness.data import Answer, Task
+from sourcebench.harness.errors import ConfigError
+from sourcebench.harness.method import Context, LearnContext, Method
+from sourcebench.harness.registry import register_method
+from sourcebench.harness.runner import RunConfig, Runner
 from tests.conftest import SHARED_DATA, need_data
 
 pytestmark = pytest.mark.slow
@@ -71,7 +71,7 @@ def _toy():
 
 def _run(out: Path, concurrency: int) -> Runner:
     cfg = RunConfig(benchmark="phantomwiki", methods=["toy_slow"], model="scripted/extractive", out=out,
-                    seeds=[0, 1, 2], limit=2, embedder="hash", data_dir=SHARED_DATA, write_report=False,
+                    seeds=[0, 1, 2], limit=2, embedder="hash", data_dir=SHARED_DATA,
                     learn_concurrency=concurrency)
     runner = Runner(cfg)
     runner.run()

@@ -8,7 +8,7 @@ import re
 import pytest
 from rich.console import Console
 
-from harness.runner import RunConfig, Runner
+from sourcebench.harness.runner import RunConfig, Runner
 from tests.conftest import SHARED_DATA, need_data
 
 pytestmark = pytest.mark.slow
@@ -20,7 +20,7 @@ def test_learning_progress_reaches_a_log_file(tmp_path, monkeypatch):
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=False, width=60)  # a log file: no live bar, lines instead
     cfg = RunConfig(benchmark="phantomwiki", methods=["hipporag2"], model="scripted/extractive", out=tmp_path / "run",
-                    seeds=[0], limit=2, embedder="hash", data_dir=SHARED_DATA, write_report=False)
+                    seeds=[0], limit=2, embedder="hash", data_dir=SHARED_DATA)
     summary = Runner(cfg, console=console).run()
     text = buf.getvalue()
     learn = [line for line in text.splitlines() if " learn hipporag2 on " in line]
@@ -40,7 +40,7 @@ def test_cells_of_a_local_model_are_tested_one_after_another(tmp_path):
     def runner(model: str) -> Runner:
         out = tmp_path / model.replace("/", "_")
         return Runner(RunConfig(benchmark="phantomwiki", methods=["no_source"], model=model, out=out, seeds=[0],
-                                limit=2, embedder="hash", data_dir=SHARED_DATA, write_report=False))
+                                limit=2, embedder="hash", data_dir=SHARED_DATA))
 
     assert runner("local/smollm2")._max_cells(6) == 1
     assert runner("scripted/extractive")._max_cells(6) == 4
@@ -48,7 +48,7 @@ def test_cells_of_a_local_model_are_tested_one_after_another(tmp_path):
 
 
 def _learn_totals(path) -> tuple[dict, int]:
-    from harness.io import read_jsonl
+    from sourcebench.harness.io import read_jsonl
 
     totals: dict = {}
     rows = [r for r in read_jsonl(path) if r["phase"] == "learn"]
@@ -66,8 +66,7 @@ def test_learning_cost_reaches_usage_jsonl_while_the_build_runs(tmp_path, monkey
     def run(name: str, flush_s: float) -> tuple[dict, int]:
         monkeypatch.setattr(Runner, "LEARN_USAGE_FLUSH_S", flush_s)
         cfg = RunConfig(benchmark="phantomwiki", methods=["hipporag2"], model="scripted/extractive",
-                        out=tmp_path / name, seeds=[0], limit=2, embedder="hash", data_dir=SHARED_DATA,
-                        write_report=False)
+                        out=tmp_path / name, seeds=[0], limit=2, embedder="hash", data_dir=SHARED_DATA)
         Runner(cfg).run()
         return _learn_totals(tmp_path / name / "usage.jsonl")
 

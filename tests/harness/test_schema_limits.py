@@ -31,9 +31,9 @@ from typing import Any
 
 import pytest
 
-from harness.data import Element, Source, Task
-from harness.llm import ModelSpec, StructuredResult, _json_schema_model, _schema_json, with_choices
-from harness.schema_limits import (
+from sourcebench.harness.data import Element, Source, Task
+from sourcebench.harness.llm import ModelSpec, StructuredResult
+from sourcebench.harness.schema_limits import (
     LARGE_ENUM,
     MAX_LARGE_ENUM_CHARS,
     MAX_NESTING,
@@ -41,7 +41,10 @@ from harness.schema_limits import (
     MAX_TOTAL_CHARS,
     RELAXED_ARRAY,
     RELAXED_STRING,
+    json_schema_model,
+    schema_json,
     violations,
+    with_choices,
     within_limits,
 )
 
@@ -221,7 +224,7 @@ class Synthetic:
 def synthetic(shape: Shape) -> Synthetic:
     """A source and a source model of ``shape``: entity 0 is the largest (a document family, read
     whole), region 0 holds ``largest_region`` entities, the others are spread evenly."""
-    from methods.sourcelearn.model import Anchor, Entity, Region, Scope, SourceModel, Unit
+    from sourcebench.methods.sourcelearn.model import Anchor, Entity, Region, Scope, SourceModel, Unit
 
     el_ids = ids(shape.elements, shape.element_id_chars, "el")
     elements = [Element(id=i, title=f"section {n}", text=f"text of element {n}: " + "w " * 30, path=i[:8],
@@ -292,14 +295,14 @@ class FakeIndex:
 
 async def _stages(syn: Synthetic, rec: Recorder) -> None:
     """One call of every stage that sends ``choices``, on its largest input in ``syn``."""
-    from methods.sourcelearn.activation import route
-    from methods.sourcelearn.config import SourceLearnConfig
-    from methods.sourcelearn.construct import read_entity
-    from methods.sourcelearn.grounding import GateStats, gate_batch
-    from methods.sourcelearn.rewrite import Note, RewriteSpec, entity_units, rewrite_region
-    from methods.sourcelearn.selfstudy.observe import observe
-    from methods.sourcelearn.selfstudy.plan import plan_round
-    from methods.sourcelearn.taskguided.diagnose import diagnose
+    from sourcebench.methods.sourcelearn.activation import route
+    from sourcebench.methods.sourcelearn.config import SourceLearnConfig
+    from sourcebench.methods.sourcelearn.construct import read_entity
+    from sourcebench.methods.sourcelearn.grounding import GateStats, gate_batch
+    from sourcebench.methods.sourcelearn.rewrite import Note, RewriteSpec, entity_units, rewrite_region
+    from sourcebench.methods.sourcelearn.selfstudy.observe import observe
+    from sourcebench.methods.sourcelearn.selfstudy.plan import plan_round
+    from sourcebench.methods.sourcelearn.taskguided.diagnose import diagnose
 
     cfg = SourceLearnConfig()
     src, sm = syn.source, syn.model
@@ -338,7 +341,7 @@ def captured(shape: Shape, window: int | None) -> tuple[Synthetic, tuple[Sent, .
 
 def sent_schema(schema: type, choices: dict[str, list[str]], portable: bool) -> tuple[dict, dict]:
     """(schema with every id set as an enum, the schema LLM.generate sends): with_choices, then within_limits."""
-    full = with_choices(_schema_json(schema, portable), choices)
+    full = with_choices(schema_json(schema, portable), choices)
     return full, within_limits(full, fields=choices)
 
 
@@ -359,7 +362,7 @@ def test_every_choices_schema_is_sent_within_limits_at_sphinx_scale(window, port
             pool_of(values, syn.pools)  # every id set is made of real ids of one kind
         _, out = sent_schema(s.schema, s.choices, portable)
         assert violations(out) == [], f"{s.stage} ({s.schema.__name__}): {violations(out)}"
-        _json_schema_model(out)  # what LLM.generate hands to inspect's ResponseSchema
+        json_schema_model(out)  # what LLM.generate hands to inspect's ResponseSchema
         # an id set kept as an enum is exactly the ids chosen; a relaxed one says what to copy
         for name, values in s.choices.items():
             for node in _property_nodes(out, name):
@@ -429,29 +432,29 @@ def _property_nodes(node: Any, name: str) -> list[dict[str, Any]]:
 
 def static_schemas() -> dict[str, type]:
     """Every schema sent without ``choices``, at the largest size its parameters take."""
-    from adapters.phantomwiki import AnswerSet
-    from judges.llm_judge import Verdict
-    from methods.awm import WorkflowSet
-    from methods.hipporag2.openie import NamedEntities, Triples
-    from methods.hipporag2.retrieve import FactFilter
-    from methods.kb_curator.tools import CuratorStep, DuplicateVerdict, KeyAnalysis, ReaderStep
-    from methods.navigator import NavigatorStep
-    from methods.rika.atomise import AtomReply
-    from methods.rika.extract import FirstOrderReply, SecondOrderReply
-    from methods.rika.relations import RelationReply
-    from methods.rika.route import RouteReply
-    from methods.sourcelearn.audit import (
+    from sourcebench.adapters.phantomwiki import AnswerSet
+    from sourcebench.judges.llm_judge import Verdict
+    from sourcebench.methods.awm import WorkflowSet
+    from sourcebench.methods.hipporag2.openie import NamedEntities, Triples
+    from sourcebench.methods.hipporag2.retrieve import FactFilter
+    from sourcebench.methods.kb_curator.tools import CuratorStep, DuplicateVerdict, KeyAnalysis, ReaderStep
+    from sourcebench.methods.navigator import NavigatorStep
+    from sourcebench.methods.rika.atomise import AtomReply
+    from sourcebench.methods.rika.extract import FirstOrderReply, SecondOrderReply
+    from sourcebench.methods.rika.relations import RelationReply
+    from sourcebench.methods.rika.route import RouteReply
+    from sourcebench.methods.sourcelearn.audit import (
         CoverageVerdicts,
         GroundingJudgement,
         PreservationJudgement,
         RequiredClaims,
     )
-    from methods.sourcelearn.construct import Abstraction, ReadingBrief, RegionMap
-    from methods.sourcelearn.grounding import GroundVerdict, LostMeanings, Narrowed
-    from methods.sourcelearn.regions import ProposedBlocks
-    from methods.sourcelearn.taskguided.lessons import LessonOut
-    from methods.sourcelearn.taskguided.policy import PolicyDraft
-    from methods.sourcelearn.taskguided.refine import Coverage
+    from sourcebench.methods.sourcelearn.construct import Abstraction, ReadingBrief, RegionMap
+    from sourcebench.methods.sourcelearn.grounding import GroundVerdict, LostMeanings, Narrowed
+    from sourcebench.methods.sourcelearn.regions import ProposedBlocks
+    from sourcebench.methods.sourcelearn.taskguided.lessons import LessonOut
+    from sourcebench.methods.sourcelearn.taskguided.policy import PolicyDraft
+    from sourcebench.methods.sourcelearn.taskguided.refine import Coverage
 
     classes = [AnswerSet, Verdict, WorkflowSet, NamedEntities, Triples, FactFilter, CuratorStep, DuplicateVerdict,
                KeyAnalysis, ReaderStep, NavigatorStep, AtomReply, FirstOrderReply, SecondOrderReply, RelationReply,
@@ -464,7 +467,7 @@ def static_schemas() -> dict[str, type]:
 @pytest.mark.parametrize("portable", [True, False], ids=["openai", "openai-compatible"])
 def test_static_schemas_are_within_limits(portable):
     for name, cls in static_schemas().items():
-        s = _schema_json(cls, portable)
+        s = schema_json(cls, portable)
         assert violations(s) == [], f"{name}: {violations(s)}"
         assert within_limits(s) is s
 
@@ -472,7 +475,7 @@ def test_static_schemas_are_within_limits(portable):
 # structured calls per file (``.structured(`` and ``choices=``): a new call must be added above,
 # to static_schemas() or to _stages()
 STRUCTURED_CALLS = {
-    "adapters/base.py": (1, 0), "judges/llm_judge.py": (1, 0), "methods/awm.py": (1, 0),
+    "harness/benchmark.py": (1, 0), "judges/llm_judge.py": (1, 0), "methods/awm.py": (1, 0),
     "methods/hipporag2/openie.py": (2, 0), "methods/hipporag2/retrieve.py": (1, 0),
     "methods/kb_curator/curator.py": (2, 0), "methods/kb_curator/reader.py": (1, 0),
     "methods/kb_curator/tools.py": (1, 0), "methods/navigator.py": (1, 0), "methods/rika/atomise.py": (1, 0),

@@ -3,9 +3,9 @@ import sys
 
 import pytest
 
-from harness.data import Task
-from harness.errors import DataError
-from harness.splits import grouped_split, load_manifest, write_manifest
+from sourcebench.harness.data import Task
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.splits import grouped_split, load_manifest, write_manifest
 
 
 def make_tasks(n_groups=20, per_group=3):

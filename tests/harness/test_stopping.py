@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from harness import stopping
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness import stopping
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
 
 
 def test_a_swallowed_stop_is_raised_again_at_the_next_model_call(tmp_path):

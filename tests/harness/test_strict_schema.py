@@ -2,7 +2,14 @@
 
 from pydantic import BaseModel, Field
 
-from harness.llm import _inspect_schema, _schema_json, bounded_list, bounded_text, full_schema, strict_schema
+from sourcebench.harness.schema_limits import (
+    bounded_list,
+    bounded_text,
+    full_schema,
+    inspect_schema,
+    schema_json,
+    strict_schema,
+)
 
 
 class Item(BaseModel):
@@ -28,7 +35,7 @@ def _objects(node):
 
 
 def test_every_object_requires_all_its_keys_and_forbids_others():
-    s = _schema_json(Reply)
+    s = schema_json(Reply)
     objs = list(_objects(s))
     assert len(objs) == 2  # Reply and the inlined Item
     for o in objs:
@@ -42,7 +49,7 @@ def test_every_object_requires_all_its_keys_and_forbids_others():
 
 
 def test_portable_form_moves_limits_into_descriptions():
-    s = _schema_json(Reply, True)
+    s = schema_json(Reply, True)
     name = s["properties"]["items"]["items"]["properties"]["name"]
     assert "maxLength" not in name and name["description"] == "short name; at most 40 characters"
     assert "minimum" not in str(s) and "maximum" not in str(s)
@@ -69,8 +76,8 @@ class Cites(BaseModel):
 def test_choices_put_a_closed_id_set_into_the_schema_sent_and_into_the_cache_key(tmp_path):
     import asyncio
 
-    from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-    from harness.providers import scripted
+    from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+    from sourcebench.harness.providers import scripted
 
     llm = LLM(ModelSpec(name="scripted/unit"), CallCache(tmp_path / "c.sqlite"), UsageLedger())
     scripted.set_script(lambda msgs, schema: '{"items": [{"statement": "s", "element_id": "a#1", "element_ids": [], '
@@ -98,11 +105,11 @@ class Bounded(BaseModel):
 
 
 def test_bounded_text_bounds_the_decoder_but_not_validation():
-    sent = _schema_json(Bounded)
+    sent = schema_json(Bounded)
     assert sent["properties"]["statement"]["maxLength"] == 300
     assert sent["properties"]["conditions"]["items"]["maxLength"] == 120
     assert sent["properties"]["conditions"]["description"] == "when it holds"
-    portable = _schema_json(Bounded, True)  # OpenAI's strict mode: the bound becomes words
+    portable = schema_json(Bounded, True)  # OpenAI's strict mode: the bound becomes words
     assert "maxLength" not in portable["properties"]["statement"]
     assert portable["properties"]["statement"]["description"] == "at most 300 characters"
     long = Bounded.model_validate({"statement": "x" * 400, "conditions": ["y" * 200]})
@@ -115,14 +122,14 @@ class Listed(BaseModel):
 
 
 def test_array_bounds_survive_inspects_schema_type_for_in_process_decoders():
-    sent = _schema_json(Listed)
+    sent = schema_json(Listed)
     assert sent["properties"]["names"]["maxItems"] == 3 and sent["properties"]["scores"]["maxItems"] == 2
     assert sent["properties"]["names"]["items"]["maxLength"] == 20
-    reduced = _inspect_schema(Listed).model_dump(exclude_none=True)  # what reaches a provider through inspect
+    reduced = inspect_schema(Listed).model_dump(exclude_none=True)  # what reaches a provider through inspect
     assert "maxItems" not in reduced["properties"]["names"]
     assert full_schema(reduced) == sent  # what the local provider's grammar is built from
     unknown = {"type": "object", "properties": {"x": {"type": "string"}}}
     assert full_schema(unknown) is unknown
-    portable = _schema_json(Listed, True)
+    portable = schema_json(Listed, True)
     assert portable["properties"]["names"]["description"] == "who; at most 3 items"
     assert Listed.model_validate({"names": ["a", "b", "c", "d"]}).names[3] == "d"  # the bound is not validation

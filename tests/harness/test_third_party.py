@@ -19,10 +19,10 @@ from pathlib import Path
 
 import pytest
 
-from adapters.phantomwiki import BUNDLED
-from harness.cli import main
-from harness.registry import get_method_class, method_names
-from reports.protocols import PROTOCOLS
+from sourcebench.adapters.phantomwiki import BUNDLED
+from sourcebench.harness.cli import main
+from sourcebench.harness.registry import get_method_class, method_names
+from sourcebench.reports.protocols import PROTOCOLS
 
 PKG = Path(__file__).parent / "thirdparty_pkg"
 METHOD = "keyword-notes"

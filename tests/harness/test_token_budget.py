@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-
 from types import SimpleNamespace
 
-from harness.llm import ModelSpec
-from harness.token_budget import DEFAULT_CHARS_PER_TOKEN, fit_to_window, measure_chars_per_token, sample_texts
+from sourcebench.harness.llm import ModelSpec
+from sourcebench.harness.token_budget import (
+    DEFAULT_CHARS_PER_TOKEN,
+    fit_to_window,
+    measure_chars_per_token,
+    sample_texts,
+)
 
 
 def run(coro):

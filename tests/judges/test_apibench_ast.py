@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.errors import DataError
-from judges.apibench_ast import (
+from sourcebench.harness.errors import DataError
+from sourcebench.judges.apibench_ast import (
     HUBS,
     APIDatabase,
     evaluate_file,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from judges.apibench_ast import (
+from sourcebench.judges.apibench_ast import (
     HUBS,
     APIDatabase,
     evaluate_file,

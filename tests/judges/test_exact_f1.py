@@ -11,9 +11,9 @@ import asyncio
 
 import pytest
 
-from adapters.phantomwiki import AnswerSet, PhantomWiki
-from harness.data import Answer, Task
-from judges.exact_f1 import answer_set, exact_f1
+from sourcebench.adapters.phantomwiki import AnswerSet, PhantomWiki
+from sourcebench.harness.data import Answer, Task
+from sourcebench.judges.exact_f1 import answer_set, exact_f1
 
 # (prediction, gold list, official (em, precision, recall, f1)), each worked out from the sets
 CASES = [

@@ -7,13 +7,13 @@ import asyncio
 import json
 from pathlib import Path
 
-from harness.artifacts import ArtifactStore
-from harness.data import Answer, Element, Score, Source, Task
-from harness.embeddings import HashEmbedder
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-from harness.method import Context, LearnContext
-from harness.providers import scripted
-from methods.awm import (
+from sourcebench.harness.artifacts import ArtifactStore
+from sourcebench.harness.data import Answer, Element, Score, Source, Task
+from sourcebench.harness.embeddings import HashEmbedder
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.method import Context, LearnContext
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.awm import (
     AWM,
     AWMState,
     Experience,
@@ -214,7 +214,7 @@ def test_render_is_empty_for_no_workflows():
 
 
 def test_copies_of_the_format_example_are_dropped():
-    from methods.awm import EXAMPLE_NAME, Workflow, clean_workflows
+    from sourcebench.methods.awm import EXAMPLE_NAME, Workflow, clean_workflows
 
     kept, dropped = clean_workflows([Workflow(name=EXAMPLE_NAME, description="d", steps=["a", "b"]),
                                      Workflow(name="  ", description="d", steps=["a", "b"]),

@@ -1,7 +1,7 @@
-"""Every registered method passes the shipped conformance checks (``harness.conformance``).
+"""Every registered method passes the shipped conformance checks (``sourcebench.harness.cli.conformance``).
 
 The checks themselves live in the package, so a method from another package runs the same ones with
-``sourcebench check-method NAME`` or ``harness.conformance.assert_conforms(MyMethod, tmp_path)``.
+``sourcebench check-method NAME`` or ``sourcebench.assert_conforms(MyMethod, tmp_path)``.
 This file also checks that the checks catch what they claim to (a leaky, a crashing and a
 mis-declared method each fail with the named problem).
 """
@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from harness.conformance import assert_conforms, check_method
-from harness.data import Answer, Task
-from harness.method import Command, Context, LearnContext, Method
-from harness.registry import method_names
+from sourcebench import assert_conforms, check_method
+from sourcebench.harness.data import Answer, Task
+from sourcebench.harness.method import Command, Context, LearnContext, Method
+from sourcebench.harness.registry import method_names
 
 SLOW = {"raptor"}  # UMAP's first fit compiles with numba (~12 s)
 
@@ -98,7 +98,7 @@ def test_the_checks_catch_a_leak_a_crash_and_bad_hooks(tmp_path: Path):
 
 
 def test_check_method_command(tmp_path: Path, capsys):
-    from harness.cli import main
+    from sourcebench.harness.cli import main
 
     assert main(["check-method", "no_source", "--out", str(tmp_path), "--no-protocols"]) == 0
     out = capsys.readouterr().out

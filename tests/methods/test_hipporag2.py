@@ -11,21 +11,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adapters.base import Benchmark
-from harness.artifacts import ArtifactStore
-from harness.data import Answer, Element, Score, Source, Task
-from harness.elements import split_file
-from harness.embeddings import Embedder, HashEmbedder, l2_normalise
-from harness.errors import DataError
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-from harness.method import Context, LearnContext
-from harness.providers import scripted
-from methods.evidence import context_key, prompt_tokens
-from methods.hipporag2 import HippoRAG2
-from methods.hipporag2.artifact import load_graph
-from methods.hipporag2.graph import build_graph, combine_edges, synonym_eligible, synonym_links
-from methods.hipporag2.openie import extract_all, normalise
-from methods.hipporag2.retrieve import HippoRetriever, QuerySettings, recognise
+from sourcebench.harness.artifacts import ArtifactStore
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.data import Answer, Element, Score, Source, Task
+from sourcebench.harness.elements import split_file
+from sourcebench.harness.embeddings import Embedder, HashEmbedder, l2_normalise
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.method import Context, LearnContext
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.evidence import context_key, prompt_tokens
+from sourcebench.methods.hipporag2 import HippoRAG2
+from sourcebench.methods.hipporag2.artifact import load_graph
+from sourcebench.methods.hipporag2.graph import build_graph, combine_edges, synonym_eligible, synonym_links
+from sourcebench.methods.hipporag2.openie import extract_all, normalise
+from sourcebench.methods.hipporag2.retrieve import HippoRetriever, QuerySettings, recognise
 
 P1 = Element(id="acme#founding", title="Acme / Founding",
              text="Alice Smith founded Acme Corp in 1990. Bob Jones works at Acme Corp.")
@@ -209,7 +209,7 @@ def test_a_long_passage_is_read_in_chunks_with_merged_triples(tmp_path):
 
 
 def test_passage_chunks_cover_the_text_exactly():
-    from methods.hipporag2.openie import passage_chunks
+    from sourcebench.methods.hipporag2.openie import passage_chunks
 
     text = "short line\n" + "x" * 25 + " tail\n\n" + "word " * 30 + "\nlast"
     chunks = passage_chunks(text, 20)
@@ -385,7 +385,7 @@ class TableEmbedder(Embedder):
 
 
 def test_synonym_edges_in_the_graph(tmp_path):
-    from methods.hipporag2.openie import PassageExtraction
+    from sourcebench.methods.hipporag2.openie import PassageExtraction
 
     a, b, c = "new york", "new york city", "boston"
     table = {a: [1.0, 0.0, 0.0], b: [0.9, float(np.sqrt(1 - 0.81)), 0.0], c: [0.7, -float(np.sqrt(1 - 0.49)), 0.0]}

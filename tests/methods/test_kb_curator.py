@@ -11,17 +11,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from adapters.base import Benchmark
-from harness.artifacts import ArtifactStore
-from harness.data import Answer, Element, Score, Source, Task
-from harness.embeddings import HashEmbedder
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-from harness.method import Context, LearnContext
-from harness.providers import scripted
-from judges.exact_f1 import exact_f1
-from methods.kb_curator import KBCurator
-from methods.kb_curator.store import Edit, KnowledgeStore, StoreIndex
-from methods.kb_curator.tools import Add, DedupGuard, GoldGuard, LinkMany, ToolBox, gold_values
+from sourcebench.harness.artifacts import ArtifactStore
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.data import Answer, Element, Score, Source, Task
+from sourcebench.harness.embeddings import HashEmbedder
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.method import Context, LearnContext
+from sourcebench.harness.providers import scripted
+from sourcebench.judges.exact_f1 import exact_f1
+from sourcebench.methods.kb_curator import KBCurator
+from sourcebench.methods.kb_curator.store import Edit, KnowledgeStore, StoreIndex
+from sourcebench.methods.kb_curator.tools import Add, DedupGuard, GoldGuard, LinkMany, ToolBox, gold_values
 
 PEOPLE = {"Ada": ("chess", "Ben"), "Ben": ("rowing", "Ada"), "Cy": ("chess", "Dee"), "Dee": ("golf", "Cy"),
           "Eve": ("chess", "Fay"), "Fay": ("golf", "Eve")}

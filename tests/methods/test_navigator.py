@@ -9,16 +9,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from adapters.base import Benchmark
-from harness.artifacts import ArtifactStore
-from harness.data import Answer, Element, Score, Source, Task
-from harness.embeddings import HashEmbedder
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-from harness.method import Context, LearnContext
-from harness.providers import scripted
-from methods.kb_curator.reader import render_steps
-from methods.kb_curator.tools import Observation
-from methods.navigator import Book, Navigator
+from sourcebench.harness.artifacts import ArtifactStore
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.data import Answer, Element, Score, Source, Task
+from sourcebench.harness.embeddings import HashEmbedder
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.method import Context, LearnContext
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.kb_curator.reader import render_steps
+from sourcebench.methods.kb_curator.tools import Observation
+from sourcebench.methods.navigator import Book, Navigator
 
 CHAPTERS = {
     "guide/install.md": [("Requirements", "Python 3.11 and a C compiler are needed."),
@@ -202,7 +202,7 @@ def test_a_step_prompt_that_would_overflow_the_window_gets_a_smaller_history(tmp
     that would not fit; the same episode without exact counts keeps every observation whole."""
     from types import SimpleNamespace
 
-    from methods.kb_curator.reader import fit_history
+    from sourcebench.methods.kb_curator.reader import fit_history
 
     async def count(text: str) -> int:
         return (len(text) * 3) // 8  # 1.5 tokens per chars/4 estimate

@@ -19,20 +19,20 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from adapters.base import Benchmark
-from harness.artifacts import ArtifactStore
-from harness.data import Answer, Element, Evidence, Score, Source, Task, estimate_tokens
-from harness.embeddings import HashEmbedder
-from harness.errors import DataError
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-from harness.method import Context, LearnContext
-from harness.providers import scripted
-from methods.evidence import context_key, prompt_tokens
-from methods.raptor import RAPTOR
-from methods.raptor import tree as tree_mod
-from methods.raptor.chunking import chunk_elements, split_sentences
-from methods.raptor.clustering import ClusterParams, cluster_nodes, largest_first, worker_pool
-from methods.raptor.tree import Node, Tree, collapsed_retrieve, covering, format_tree
+from sourcebench.harness.artifacts import ArtifactStore
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.data import Answer, Element, Evidence, Score, Source, Task, estimate_tokens
+from sourcebench.harness.embeddings import HashEmbedder
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.method import Context, LearnContext
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.evidence import context_key, prompt_tokens
+from sourcebench.methods.raptor import RAPTOR
+from sourcebench.methods.raptor import tree as tree_mod
+from sourcebench.methods.raptor.chunking import chunk_elements, split_sentences
+from sourcebench.methods.raptor.clustering import ClusterParams, cluster_nodes, largest_first, worker_pool
+from sourcebench.methods.raptor.tree import Node, Tree, collapsed_retrieve, covering, format_tree
 
 TOPICS = {
     "astronomy": "comet nebula orbit telescope galaxy quasar eclipse meteor planet crater",
@@ -194,7 +194,7 @@ CODE_TREE = {
 
 
 def code_source(root: Path) -> Source:
-    from harness.elements import source_from_tree
+    from sourcebench.harness.elements import source_from_tree
 
     for rel, text in CODE_TREE.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -229,8 +229,8 @@ def test_flask_sdist_gives_each_line_to_raptor_once():
     from tests.conftest import need_data
 
     need_data("swe_qa")  # the adapter reads the pinned commits from the data folder
-    from adapters.swe_qa import SWEQA
-    from methods.raptor import leaf_chunks
+    from sourcebench.adapters.swe_qa import SWEQA
+    from sourcebench.methods.raptor import leaf_chunks
 
     src = SWEQA(options={"flask": str(FLASK)}).load_source("flask")
     chunks = leaf_chunks(src, 100)
@@ -575,7 +575,7 @@ def test_umap_spectral_start_is_reproducible_on_a_regular_component():
     import scipy.sparse as sp
     from umap.spectral import spectral_layout
 
-    from methods.raptor.clustering import seeded_arpack_restarts
+    from sourcebench.methods.raptor.clustering import seeded_arpack_restarts
 
     rng = np.random.default_rng(0)
     complete = np.ones((21, 21)) - np.eye(21)  # 21 identical points, 10 neighbours each and more

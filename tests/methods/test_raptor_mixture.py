@@ -9,8 +9,8 @@ import pytest
 from sklearn.metrics import pairwise_distances
 from sklearn.mixture import GaussianMixture
 
-from methods.raptor.clustering import cosine_neighbours
-from methods.raptor.mixture import fit_mixture
+from sourcebench.methods.raptor.clustering import cosine_neighbours
+from sourcebench.methods.raptor.mixture import fit_mixture
 
 
 def _blobs(n: int, seed: int) -> np.ndarray:

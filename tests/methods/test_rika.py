@@ -15,19 +15,19 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from harness.artifacts import ArtifactStore
-from harness.data import Answer, Element, Evidence, Score, Source, Task
-from harness.embeddings import HashEmbedder
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-from harness.method import Context, LearnContext
-from harness.providers import scripted
-from methods.rika import RIKA, RIKAState
-from methods.rika.admission import update
-from methods.rika.atomise import Atom
-from methods.rika.claims import Claim, ClaimStore, claim_id
-from methods.rika.experience import Trajectory, grounded_spans, stream_order
-from methods.rika.relations import Judgement
-from methods.rika.render import render
+from sourcebench.harness.artifacts import ArtifactStore
+from sourcebench.harness.data import Answer, Element, Evidence, Score, Source, Task
+from sourcebench.harness.embeddings import HashEmbedder
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.method import Context, LearnContext
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.rika import RIKA, RIKAState
+from sourcebench.methods.rika.admission import update
+from sourcebench.methods.rika.atomise import Atom
+from sourcebench.methods.rika.claims import Claim, ClaimStore, claim_id
+from sourcebench.methods.rika.experience import Trajectory, grounded_spans, stream_order
+from sourcebench.methods.rika.relations import Judgement
+from sourcebench.methods.rika.render import render
 from tests.methods.toybench import toy_bench
 
 ELEMENTS = {

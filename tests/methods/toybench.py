@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from adapters.base import Benchmark
-from harness.data import Answer, Score, Source, Task
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.data import Answer, Score, Source, Task
 
 
 def toy_bench(source: Source, tasks: list[Task], method: str) -> Benchmark:

@@ -1,7 +1,7 @@
 """Reproduce tables mark a value built on degraded cells with a dagger and name every reason."""
 
-from reports.grid import DAGGER, Cell, ReportTable, Row
-from reports.render import cell_plain, to_latex, to_markdown
+from sourcebench.reports.grid import DAGGER, Cell, ReportTable, Row
+from sourcebench.reports.render import cell_plain, to_latex, to_markdown
 
 
 def _table() -> ReportTable:

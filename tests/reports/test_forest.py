@@ -10,8 +10,8 @@ import subprocess
 import pytest
 from test_leaderboard import make_run
 
-from reports.figures import DEGRADED_COLOR, forest_png
-from reports.leaderboard import write_report
+from sourcebench.reports.figures import DEGRADED_COLOR, forest_png
+from sourcebench.reports.leaderboard import write_report
 
 
 def _bench(degraded: bool) -> dict:

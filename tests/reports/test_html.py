@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import inspect_ai.log
 
-from reports.html import _log_links
-from reports.leaderboard import Table, _html_table
+from sourcebench.reports.html import _log_links
+from sourcebench.reports.layout import Table, html_table
 
 
 def _header(method: str, version: str) -> SimpleNamespace:
@@ -36,6 +36,6 @@ def test_logs_of_a_set_aside_method_version_are_marked_superseded(tmp_path, monk
 
 def test_long_text_cells_wrap_instead_of_widening_the_page():
     long = "a deviation explained at length " * 5
-    out = _html_table(Table("Methods", ["method", "version", "deviations"], [["sourcelearn", "4", long]]))
+    out = html_table(Table("Methods", ["method", "version", "deviations"], [["sourcelearn", "4", long]]))
     assert '<td class="num">4</td>' in out
     assert f"<td>{long}</td>" in out  # no class="num": wraps, left-aligned

@@ -18,23 +18,34 @@ from typing import Any, ClassVar
 
 import pytest
 
-from adapters.base import Benchmark
-from adapters.phantomwiki import gold_path
-from harness.cli import main
-from harness.data import Answer, Element, Score, Source, Split, Task
-from harness.errors import ConfigError
-from harness.method import Context, LearnContext, Method
-from harness.providers import scripted
-from harness.registry import register_benchmark, register_method
-from harness.runner import RunConfig, Runner
-from reports.leaderboard import load_run, write_report
-from reports.protocols import breakeven, default_protocols, keyoverlap, parse_protocols
-from reports.protocols import compute as compute_protocol
-from reports.protocols.entries import Entry, entry_access
-from reports.protocols.harmful import HarmfulSettings, judge_entry, min_detectable_tasks, sample_entries
-from reports.protocols.prequential import PrequentialSettings, block_bounds, cumulative, stream_order
-from reports.protocols.render import break_even_tables, sparkline
-from reports.protocols.session import Plan
+from sourcebench.adapters.phantomwiki import gold_path
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.cli import main
+from sourcebench.harness.data import Answer, Element, Score, Source, Split, Task
+from sourcebench.harness.errors import ConfigError
+from sourcebench.harness.method import Context, LearnContext, Method
+from sourcebench.harness.providers import scripted
+from sourcebench.harness.registry import register_benchmark, register_method
+from sourcebench.harness.runner import RunConfig, Runner
+from sourcebench.reports.leaderboard import write_report
+from sourcebench.reports.protocols import breakeven, default_protocols, keyoverlap, parse_protocols
+from sourcebench.reports.protocols import compute as compute_protocol
+from sourcebench.reports.protocols.entries import Entry, entry_access
+from sourcebench.reports.protocols.harmful import (
+    HarmfulSettings,
+    judge_entry,
+    min_detectable_tasks,
+    sample_entries,
+)
+from sourcebench.reports.protocols.prequential import (
+    PrequentialSettings,
+    block_bounds,
+    cumulative,
+    stream_order,
+)
+from sourcebench.reports.protocols.render import break_even_tables, sparkline
+from sourcebench.reports.protocols.session import Plan
+from sourcebench.reports.rundata import load_run
 
 # ------------------------------------------------------------------------------------------ toy world
 
@@ -216,7 +227,7 @@ def reply(messages, schema) -> str:
 def _toys():
     """Register the toy benchmarks and methods for this module only (not at import: collection of other
     modules must not see them)."""
-    from harness import registry
+    from sourcebench.harness import registry
 
     register_benchmark("toyboxes", ToyBoxes)
     register_benchmark("toynokeys", NoKeys)
@@ -247,7 +258,7 @@ def toy_run(tmp_path_factory, _toys) -> Path:
     scripted.set_script(reply)
     cfg = RunConfig(benchmark="toyboxes", methods=["hybrid_rag", "toy_notes", "toy_reported", "toy_learner",
                                                    "toy_incremental", "toy_costly"],
-                    model="scripted/unit", out=out, seeds=[0], embedder="hash", write_report=False)
+                    model="scripted/unit", out=out, seeds=[0], embedder="hash")
     Runner(cfg).run()
     scripted.set_script(None)
     return out
@@ -278,7 +289,7 @@ def test_gold_path_walks_the_prolog_chain_from_start_to_end():
 
 
 def test_phantomwiki_tasks_carry_their_gold_path(shared_data):
-    from adapters.phantomwiki import PhantomWiki
+    from sourcebench.adapters.phantomwiki import PhantomWiki
 
     b = PhantomWiki(data_dir=shared_data)
     tasks = b.load_tasks(b.source_ids()[0])
@@ -300,7 +311,7 @@ def test_key_groups_by_the_named_keys():
 
 
 def test_phantomwiki_keys_are_what_the_question_names():
-    from adapters.phantomwiki import named_keys
+    from sourcebench.adapters.phantomwiki import named_keys
 
     people = {"Ann Lee", "Bo Kim", "Cy Ray", "Ann Leeds"}
     assert named_keys("Who is the daughter-in-law of Ann Lee?", people) == ["person: Ann Lee",
@@ -318,7 +329,7 @@ def test_phantomwiki_keys_are_what_the_question_names():
 def test_key_groups_never_come_from_the_answer():
     """The guidance task names Bo Kim; the test task's answer (and the end of its gold path) is Bo Kim, but its
     question names Ann Lee and 'mother': no key covered. The old gold-path keys put it in 'one'."""
-    from adapters.phantomwiki import PhantomWiki, gold_path
+    from sourcebench.adapters.phantomwiki import PhantomWiki, gold_path
 
     people = {"Ann Lee", "Bo Kim"}
 
@@ -340,7 +351,7 @@ def test_key_groups_never_come_from_the_answer():
 def test_phantomwiki_named_keys_on_the_shipped_universe(shared_data):
     """On the shipped 500 questions every question names exactly one anchor (a person or an attribute
     value) and never its answer set; nearly every test task lands in one group, which the report says."""
-    from adapters.phantomwiki import PhantomWiki
+    from sourcebench.adapters.phantomwiki import PhantomWiki
 
     b = PhantomWiki(data_dir=shared_data)
     sid = b.source_ids()[0]
@@ -555,9 +566,9 @@ def test_entry_sample_is_seeded():
 
 
 def test_awm_and_sourcelearn_entry_adapters():
-    from methods.awm import AWM, AWMState, Workflow, render_workflows
-    from methods.sourcelearn.method import SourceLearn
-    from methods.sourcelearn.model import Scope, SourceModel, Unit
+    from sourcebench.methods.awm import AWM, AWMState, Workflow, render_workflows
+    from sourcebench.methods.sourcelearn.method import SourceLearn
+    from sourcebench.methods.sourcelearn.model import Scope, SourceModel, Unit
 
     wfs = [Workflow(name="find_parent", description="Finds a parent.", steps=["Read {person}.", "Answer."]),
            Workflow(name="count_kids", description="Counts children.", steps=["List {person}'s kids.", "Count."])]
@@ -709,10 +720,10 @@ def test_learn_time_judge_calls_are_their_own_phase(tmp_path, _toys):
         scripted.set_script(reply)
         out = tmp_path / "run"
         Runner(RunConfig(benchmark="toyjudged", methods=["toy_costly"], model="scripted/unit", out=out, seeds=[0],
-                         embedder="hash", write_report=False)).run()
+                         embedder="hash")).run()
     finally:
         scripted.set_script(None)
-        from harness import registry
+        from sourcebench.harness import registry
 
         registry._EXTRA[registry.BENCHMARK_GROUP].pop("toyjudged", None)
     usage = [json.loads(x) for x in (out / "usage.jsonl").read_text().splitlines() if x.strip()]
@@ -791,7 +802,7 @@ def test_protocol_and_report_commands(toy_run, tmp_path, capsys):
 
 
 def test_answers_are_scored_failures_when_a_method_breaks(toy_run):
-    from reports.protocols.session import RunSession, answer_and_score
+    from sourcebench.reports.protocols.session import RunSession, answer_and_score
 
     class Broken(ToyNotes):
         async def answer(self, task, state, ctx):
@@ -806,7 +817,7 @@ def test_answers_are_scored_failures_when_a_method_breaks(toy_run):
 
 
 def test_prequential_figure_scales_low_curves_and_keeps_100_for_high_ones():
-    from reports.protocols.curve import y_top
+    from sourcebench.reports.protocols.curve import y_top
 
     assert y_top([0.0, 2.9, 13.9]) == 20.0  # SmolLM2's few per cent fill the plot instead of its bottom tenth
     assert y_top([0.0, 1.0]) == 10.0 and y_top([]) == 10.0

@@ -18,14 +18,14 @@ from pathlib import Path
 
 import pytest
 
-from adapters.base import Benchmark, DataStatus
-from harness.data import Answer, Element, Evidence, Score, Source, Task
-from harness.embeddings import HashEmbedder
-from harness.errors import ConfigError
-from harness.retrieval import HybridIndex
-from judges.exact_f1 import exact_f1
-from reports.config import load_config, parse_config
-from reports.plan import k_variant, matched, plan, table_variants, with_overrides
+from sourcebench.harness.benchmark import Benchmark, DataStatus
+from sourcebench.harness.data import Answer, Element, Evidence, Score, Source, Task
+from sourcebench.harness.embeddings import HashEmbedder
+from sourcebench.harness.errors import ConfigError
+from sourcebench.harness.retrieval import HybridIndex
+from sourcebench.judges.exact_f1 import exact_f1
+from sourcebench.reports.config import load_config, parse_config
+from sourcebench.reports.plan import k_variant, matched, plan, table_variants, with_overrides
 
 GOLDEN = Path(__file__).parent / "golden"
 FIXTURE = GOLDEN / "fixture"
@@ -113,7 +113,7 @@ tables:
 
 @pytest.fixture(scope="module")
 def townqa():
-    from harness import registry
+    from sourcebench.harness import registry
 
     registry.register_benchmark("townqa", TownQA)
     yield TownQA
@@ -121,7 +121,7 @@ def townqa():
 
 
 def _reproduce(config: Path, *extra: str) -> int:
-    from harness.cli import main
+    from sourcebench.harness.cli import main
 
     return main(["reproduce", str(config), *extra])
 
@@ -135,7 +135,7 @@ def toy_run(townqa):
     """
     import tempfile
 
-    from harness.providers import scripted
+    from sourcebench.harness.providers import scripted
 
     scripted.reset()
     holder = tempfile.TemporaryDirectory(prefix="sourcebench-toy")
@@ -234,10 +234,10 @@ def test_variant_aliases_collapse_to_the_method_when_nothing_changes():
 
 
 def test_registered_methods_that_fail_to_import_are_not_run():
-    from harness import registry
-    from reports.plan import resolve_method
+    from sourcebench.harness import registry
+    from sourcebench.reports.plan import resolve_method
 
-    registry.register_method("half-written", "methods.no_such_module:Method")
+    registry.register_method("half-written", "sourcebench.methods.no_such_module:Method")
     try:
         cls, why = resolve_method("half-written")
     finally:
@@ -247,8 +247,8 @@ def test_registered_methods_that_fail_to_import_are_not_run():
 
 
 def test_matched_and_gold_removed_variants_are_supported_where_the_paper_has_them(tmp_path):
-    from reports.plan import gold_removed
-    from reports.reproduce import Reproduction, _clash
+    from sourcebench.reports.plan import gold_removed
+    from sourcebench.reports.reproduce import Reproduction, _clash
 
     cfg = parse_config(_minimal(tables={"table2": {"counterparts": ["hybrid_rag", "raptor", "hipporag2", "no_source"]},
                                         "figure5": {"methods": ["hybrid_rag", "sourcelearn", "raptor", "hipporag2"]}}))
@@ -265,8 +265,8 @@ def test_matched_and_gold_removed_variants_are_supported_where_the_paper_has_the
     _, _, why = rep._variant(matched(cfg, "no_source", "sourcelearn"))
     assert "does not support" in why and "match_context_file" in why
     # settings recorded before the options existed do not clash with the defaults of today
-    from methods.raptor import RAPTOR
-    from methods.sourcelearn.method import SourceLearn
+    from sourcebench.methods.raptor import RAPTOR
+    from sourcebench.methods.sourcelearn.method import SourceLearn
 
     for cls in (RAPTOR, SourceLearn):
         old = {k: v for k, v in cls().config.model_dump().items() if k not in ("exclude_gold", "match_context_file")}
@@ -275,9 +275,9 @@ def test_matched_and_gold_removed_variants_are_supported_where_the_paper_has_the
 
 
 def test_backend_env_is_restored_and_settings_clashes_are_named(monkeypatch):
-    from methods.hybrid_rag import HybridRAG
-    from reports.config import Backend
-    from reports.reproduce import _clash, backend_env
+    from sourcebench.methods.hybrid_rag import HybridRAG
+    from sourcebench.reports.config import Backend
+    from sourcebench.reports.reproduce import _clash, backend_env
 
     monkeypatch.setenv("MYVLLM_BASE_URL", "http://old")
     with backend_env(Backend(id="b", model="openai-api/myvllm/m", env={"MYVLLM_BASE_URL": "http://new"})):
@@ -299,9 +299,9 @@ def _toy_index():
 
 
 def test_read_further_keeps_the_native_prefix_and_stops_before_the_budget():
-    from harness.data import estimate_tokens
-    from harness.method import Context
-    from methods.hybrid_rag import read_further
+    from sourcebench.harness.data import estimate_tokens
+    from sourcebench.harness.method import Context
+    from sourcebench.methods.hybrid_rag import read_further
 
     bench, source, index = _toy_index()
     task = bench.load_tasks("north")[0]
@@ -322,10 +322,10 @@ def test_read_further_keeps_the_native_prefix_and_stops_before_the_budget():
 
 
 def test_hybrid_rag_matched_and_gold_removed_answers(tmp_path):
-    from harness.artifacts import ArtifactStore
-    from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-    from harness.method import Context
-    from methods.hybrid_rag import HybridRAG, context_key
+    from sourcebench.harness.artifacts import ArtifactStore
+    from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+    from sourcebench.harness.method import Context
+    from sourcebench.methods.hybrid_rag import HybridRAG, context_key
 
     bench, source, _ = _toy_index()
     task = bench.load_tasks("north")[0]
@@ -597,7 +597,7 @@ def test_latex_tables_compile_with_pdflatex(toy_run, tmp_path):
 
 
 def test_cache_dir_from_the_config_or_the_command_reaches_every_run_folder(tmp_path):
-    from reports.reproduce import Reproduction
+    from sourcebench.reports.reproduce import Reproduction
 
     cfg = parse_config(_minimal(cache_dir=str(tmp_path / "shared")))
     backend, bench = cfg.backends[0], cfg.benchmarks[0]

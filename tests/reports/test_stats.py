@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from reports.stats import (
+from sourcebench.reports.stats import (
     bootstrap_ci,
     holm,
     holm_by_family,

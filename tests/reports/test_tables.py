@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from reports.config import parse_config
-from reports.figures import render_figures
-from reports.grid import Cell, mark_best, set_delta
-from reports.render import to_csv, to_latex, to_markdown
-from reports.results import Results, status_path
-from reports.stats import holm
-from reports.tables import build_all, table1, table2, table5, table6
+from sourcebench.reports.config import parse_config
+from sourcebench.reports.figures import render_figures
+from sourcebench.reports.grid import Cell, mark_best, set_delta
+from sourcebench.reports.render import to_csv, to_latex, to_markdown
+from sourcebench.reports.results import Results, status_path
+from sourcebench.reports.stats import holm
+from sourcebench.reports.tables import build_all, table1, table2, table5, table6
 
 GOLDEN = Path(__file__).parent / "golden"
 FIXTURE = GOLDEN / "fixture"
@@ -62,7 +62,7 @@ def _cells(table, row: int) -> list[str]:
 
 
 def to_markdown_cell(c: Cell) -> str:
-    from reports.render import _md_cell
+    from sourcebench.reports.render import _md_cell
 
     return _md_cell(c, False)
 
@@ -293,7 +293,7 @@ def test_golden_files_of_every_table():
 
 def test_golden_fixture_tables_are_consistent_with_its_rows():
     """Spot checks of the fixture tables against the raw rows (so a golden file cannot hide a wrong number)."""
-    from reports.stats import macro_accuracy
+    from sourcebench.reports.stats import macro_accuracy
 
     built = _fixture_tables()
     rows = [json.loads(x) for x in (FIXTURE / "scripted" / "townqa" / "results.jsonl").read_text().splitlines()]

@@ -20,7 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from harness.data import Source
+from sourcebench.harness.data import Source
 
 from ..grounding import GateStats
 from ..model import SourceModel, Unit
@@ -37,7 +37,7 @@ from ..rewrite import (
 from ..words import content_words
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 
 DUP_OVERLAP = 0.6  # content overlap (shared / smaller set) at which two units count as duplicates (official)

@@ -13,8 +13,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from harness.data import Source
-from methods.evidence import load_index
+from sourcebench.harness.data import Source
+from sourcebench.methods.evidence import load_index
 
 from ..grounding import GateStats
 from ..model import SourceModel
@@ -25,9 +25,9 @@ from .plan import Action, plan_round
 from .study import study
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
-    from harness.method import Context
-    from harness.retrieval import HybridIndex
+    from sourcebench.harness.llm import BoundLLM
+    from sourcebench.harness.method import Context
+    from sourcebench.harness.retrieval import HybridIndex
 
     from ..config import SourceLearnConfig
 

@@ -13,15 +13,16 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from harness.data import Source
-from harness.llm import Message, bounded_list
-from harness.token_budget import fit_to_window
+from sourcebench.harness.data import Source
+from sourcebench.harness.llm import Message
+from sourcebench.harness.schema_limits import bounded_list
+from sourcebench.harness.token_budget import fit_to_window
 
 from ..model import Cited, Ids, Statement, Unit
 from ..rewrite import Note, excerpt_blocks, fit, material_chars, policy_note, unit_line
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 Mode = Literal["review", "study", "policy"]
 OBSERVE_MAX_TOKENS = 1_200

@@ -20,13 +20,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
-from harness.llm import bounded_list
+from sourcebench.harness.schema_limits import bounded_list
 
 from ..model import Phrase, SourceModel
 from ..rewrite import Note, fit, material_chars, resolve_entity
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 PLAN_MAX_TOKENS = 1_000
 

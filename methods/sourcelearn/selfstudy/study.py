@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from harness.data import Source
-from harness.retrieval import HybridIndex
+from sourcebench.harness.data import Source
+from sourcebench.harness.retrieval import HybridIndex
 
 from ..learn_retrieval import Found, file_of, tiered_search
 from ..model import SourceModel, Unit
@@ -25,7 +25,7 @@ from .observe import observe
 from .plan import Action
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
     from ..config import SourceLearnConfig
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from harness.data import Source, Task, estimate_tokens
-from harness.retrieval import HybridIndex
-from methods.evidence import retrieve
+from sourcebench.harness.data import Source, Task, estimate_tokens
+from sourcebench.harness.retrieval import HybridIndex
+from sourcebench.methods.evidence import retrieve
 
 from ..model import SourceModel
 
 if TYPE_CHECKING:
-    from harness.method import Context
+    from sourcebench.harness.method import Context
 
     from ..config import SourceLearnConfig
 

@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from harness.data import Source, Task, normalise_ws
-from harness.llm import bounded_list
-from harness.retrieval import HybridIndex
+from sourcebench.harness.data import Source, Task, normalise_ws
+from sourcebench.harness.retrieval import HybridIndex
+from sourcebench.harness.schema_limits import bounded_list
 
 from ..learn_retrieval import hint_files, tiered_search
 from ..model import Ids, Statement
 from ..rewrite import fit, material_chars
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
     from ..config import SourceLearnConfig
 

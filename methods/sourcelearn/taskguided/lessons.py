@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
-from harness.data import Source, normalise_ws
+from sourcebench.harness.data import Source, normalise_ws
 
 from ..learn_retrieval import EXCERPT_CHARS
 from ..model import Statement, Unit
@@ -35,7 +35,7 @@ from ..words import content_words
 from .diagnose import TaskNeeds
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 LESSON_MAX_TOKENS = 300
 LESSON_MAX_OVERLAP = 0.35  # share of a lesson's distinctive content words that may repeat its task

@@ -15,15 +15,15 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from harness.data import normalise_ws
-from harness.llm import bounded_list
+from sourcebench.harness.data import normalise_ws
+from sourcebench.harness.schema_limits import bounded_list
 
 from ..model import Statement
 from ..rewrite import fit, material_chars
 from .lessons import Lesson, repeated_identifiers
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
 POLICY_MAX_TOKENS = 1_200
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from harness.data import Source
+from sourcebench.harness.data import Source
 
 from ..grounding import GateStats
 from ..model import SourceModel
@@ -21,7 +21,7 @@ from ..selfstudy.consolidate import consolidate
 from ..selfstudy.cycle import CycleStats, inspect_entities
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
     from ..config import SourceLearnConfig
 

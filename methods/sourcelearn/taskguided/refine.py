@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from harness.data import Source
-from harness.llm import bounded_list
+from sourcebench.harness.data import Source
+from sourcebench.harness.schema_limits import bounded_list
 
 from ..grounding import GateStats
 from ..model import SourceModel, Unit
@@ -36,7 +36,7 @@ from ..selfstudy.consolidate import notes_by_region
 from .diagnose import Claim, TaskNeeds
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
     from ..config import SourceLearnConfig
 

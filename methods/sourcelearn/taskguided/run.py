@@ -17,8 +17,8 @@ import asyncio
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
-from harness.data import Source, Task
-from methods.evidence import load_index
+from sourcebench.harness.data import Source, Task
+from sourcebench.methods.evidence import load_index
 
 from ..grounding import GateStats
 from ..model import SourceModel
@@ -31,7 +31,7 @@ from .recalibrate import recalibrate
 from .refine import RefineStats, refine, relevant_units
 
 if TYPE_CHECKING:
-    from harness.method import Context
+    from sourcebench.harness.method import Context
 
     from ..config import SourceLearnConfig
 

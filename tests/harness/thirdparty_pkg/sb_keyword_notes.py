@@ -15,8 +15,19 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.data import Answer, Element, Evidence, Source, Task
-from harness.method import Command, Context, Entry, LearnContext, Method, MethodConfig
+from sourcebench import (
+    Answer,
+    Command,
+    Context,
+    Element,
+    Entry,
+    Evidence,
+    LearnContext,
+    Method,
+    MethodConfig,
+    Source,
+    Task,
+)
 
 NOTES_FILE = "notes.json"
 _WORD = re.compile(r"[a-z0-9]{3,}")

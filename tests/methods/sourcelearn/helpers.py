@@ -13,12 +13,12 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from adapters.base import Benchmark
-from harness.artifacts import ArtifactStore
-from harness.data import Answer, Element, Score, Source, Task
-from harness.embeddings import HashEmbedder
-from harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-from harness.method import Context, LearnContext
+from sourcebench.harness.artifacts import ArtifactStore
+from sourcebench.harness.benchmark import Benchmark
+from sourcebench.harness.data import Answer, Element, Score, Source, Task
+from sourcebench.harness.embeddings import HashEmbedder
+from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
+from sourcebench.harness.method import Context, LearnContext
 
 
 def _el(path: str, section: str, text: str) -> Element:

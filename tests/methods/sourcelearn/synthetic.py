@@ -14,8 +14,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from harness.data import Element, Source
-from methods.sourcelearn.model import Attribute, Entity, Region, Scope, SourceModel, Unit
+from sourcebench.harness.data import Element, Source
+from sourcebench.methods.sourcelearn.model import Attribute, Entity, Region, Scope, SourceModel, Unit
 
 STOP = ("the", "a", "of", "to", "is", "in", "and", "when", "if", "for", "with", "by", "on", "as", "it", "be")
 ATTRIBUTES = {"kind": ("class", "function", "module"), "returns": ("none", "str", "bool", "list", "dict"),
@@ -164,7 +164,7 @@ def fold_loop(syn: Synthetic, min_entities: int = 3, min_share: float = 0.6) -> 
     """Construction's folding as a loop over the regions of the public per-region functions."""
     from collections import Counter
 
-    from methods.sourcelearn.construct import fold_prototypes, merge_mechanisms
+    from sourcebench.methods.sourcelearn.construct import fold_prototypes, merge_mechanisms
 
     units, fold = list(syn.units), Counter()
     for r in syn.model.regions:
@@ -178,9 +178,9 @@ def fold_loop(syn: Synthetic, min_entities: int = 3, min_share: float = 0.6) -> 
 def public_outputs(syn: Synthetic) -> dict[str, object]:
     """What the region lookups, folding, dedup, activation and rewrite views return on ``syn``,
     through functions whose signatures predate issue 24 (so old and new code can both be recorded)."""
-    from methods.sourcelearn import activation
-    from methods.sourcelearn.construct import dedup
-    from methods.sourcelearn.rewrite import (
+    from sourcebench.methods.sourcelearn import activation
+    from sourcebench.methods.sourcelearn.construct import dedup
+    from sourcebench.methods.sourcelearn.rewrite import (
         Note,
         element_entity,
         entity_region,
@@ -190,9 +190,9 @@ def public_outputs(syn: Synthetic) -> dict[str, object]:
         resolve_entity,
         select_old_units,
     )
-    from methods.sourcelearn.selfstudy.consolidate import notes_by_region
-    from methods.sourcelearn.taskguided.diagnose import Claim, TaskNeeds
-    from methods.sourcelearn.taskguided.refine import claim_entities, relevant_units
+    from sourcebench.methods.sourcelearn.selfstudy.consolidate import notes_by_region
+    from sourcebench.methods.sourcelearn.taskguided.diagnose import Claim, TaskNeeds
+    from sourcebench.methods.sourcelearn.taskguided.refine import claim_entities, relevant_units
 
     sm, source, units = syn.model, syn.source, syn.units
     out: dict[str, object] = {}

@@ -8,12 +8,12 @@ import json
 
 from helpers import SOURCE, TEST, answer_ctx, dispatch, make_ctx, make_llm, stage_calls
 
-from harness.data import estimate_tokens
-from harness.llm import ModelSpec
-from harness.providers import scripted
-from methods.sourcelearn.activation import activate, effective_budget
-from methods.sourcelearn.config import SourceLearnConfig
-from methods.sourcelearn.model import Anchor, Entity, Region, Scope, SourceModel, Unit
+from sourcebench.harness.data import estimate_tokens
+from sourcebench.harness.llm import ModelSpec
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.sourcelearn.activation import activate, effective_budget
+from sourcebench.methods.sourcelearn.config import SourceLearnConfig
+from sourcebench.methods.sourcelearn.model import Anchor, Entity, Region, Scope, SourceModel, Unit
 
 PEOPLE = [e.id for e in SOURCE.elements if e.path.startswith("people/")]
 PLACES = [e.id for e in SOURCE.elements if e.path.startswith("places/")]

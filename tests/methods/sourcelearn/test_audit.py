@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 from helpers import SOURCE, TEST, ToyQABench, dispatch, make_llm
 
-from harness import registry
-from harness.data import Element, Source
-from harness.io import read_jsonl
-from harness.providers import scripted
-from methods.sourcelearn import audit as A
-from methods.sourcelearn import audit_cli
-from methods.sourcelearn.model import Attribute, Entity, Region, Scope, SourceModel, Unit
+from sourcebench.harness import registry
+from sourcebench.harness.data import Element, Source
+from sourcebench.harness.io import read_jsonl
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.sourcelearn import audit as A
+from sourcebench.methods.sourcelearn import audit_cli
+from sourcebench.methods.sourcelearn.model import Attribute, Entity, Region, Scope, SourceModel, Unit
 
 PEOPLE = [e.id for e in SOURCE.elements if e.path.startswith("people/")]
 PLACES = [e.id for e in SOURCE.elements if e.path.startswith("places/")]
@@ -381,7 +381,7 @@ def test_cli_pure_analyses_need_no_model_or_data(run_dir):
 
 
 def test_cli_rejects_unknown_stage_and_empty_run(run_dir, tmp_path):
-    from harness.errors import ConfigError, DataError
+    from sourcebench.harness.errors import ConfigError, DataError
 
     with pytest.raises(ConfigError, match="unknown stage"):
         audit_cli.run(_cli(["audit", "kinds", str(run_dir), "--stages", "M9"]))

@@ -10,10 +10,10 @@ import re
 import pytest
 from helpers import SOURCE, dispatch, make_ctx, stage_calls
 
-from harness.data import Element, Source
-from harness.providers import scripted
-from methods.sourcelearn.config import SourceLearnConfig
-from methods.sourcelearn.construct import (
+from sourcebench.harness.data import Element, Source
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.sourcelearn.config import SourceLearnConfig
+from sourcebench.methods.sourcelearn.construct import (
     construct,
     dedup,
     fold_prototypes,
@@ -21,8 +21,8 @@ from methods.sourcelearn.construct import (
     merge_mechanisms,
     render_material,
 )
-from methods.sourcelearn.model import Attribute, Region, Scope, SourceModel, Unit
-from methods.sourcelearn.regions import (
+from sourcebench.methods.sourcelearn.model import Attribute, Region, Scope, SourceModel, Unit
+from sourcebench.methods.sourcelearn.regions import (
     ProposedBlock,
     block_partition,
     find_entities,
@@ -148,7 +148,7 @@ def test_flat_sources_get_balanced_deterministic_blocks():
 
 
 def test_code_entities_are_public_top_level_symbols_and_tests_are_skipped():
-    from harness.elements import split_python
+    from sourcebench.harness.elements import split_python
 
     code = "class Foo:\n    def run(self):\n        return 1\n\ndef _hidden():\n    pass\n\ndef helper():\n    return 2\n"
     els = split_python("pkg/mod.py", code) + split_python("pkg/consts.py", "X = 1\n") \
@@ -350,17 +350,17 @@ def test_vague_statements_need_a_direction():
 
 
 def test_batch_gate_schema_asks_for_a_verdict_on_every_claim():
-    from harness.llm import _schema_json
-    from methods.sourcelearn.grounding import batch_verdicts
+    from sourcebench.harness.schema_limits import schema_json
+    from sourcebench.methods.sourcelearn.grounding import batch_verdicts
 
-    s = _schema_json(batch_verdicts(3))
+    s = schema_json(batch_verdicts(3))
     assert s["required"] == ["claim_1", "claim_2", "claim_3"] and s["additionalProperties"] is False
     assert batch_verdicts(3) is batch_verdicts(3)  # one class per size (the schema cache keys on it)
 
 
 def test_reading_material_fits_a_tokenizer_that_cuts_code_finely(tmp_path):
     """chars / 4 budgets overflow a small model's window on indented code; the exact fit does not."""
-    from methods.sourcelearn.method import SourceLearnM0
+    from sourcebench.methods.sourcelearn.method import SourceLearnM0
 
     def tokens(text: str) -> int:  # a token per pair of spaces on top of chars / 4
         return len(text) // 4 + text.count("  ")

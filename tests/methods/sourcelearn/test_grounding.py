@@ -12,9 +12,9 @@ import json
 
 from helpers import make_ctx
 
-from harness.data import Element, Source
-from harness.providers import scripted
-from methods.sourcelearn.grounding import (
+from sourcebench.harness.data import Element, Source
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.sourcelearn.grounding import (
     GROUND_CHARS,
     GateStats,
     excerpts_block,
@@ -22,7 +22,7 @@ from methods.sourcelearn.grounding import (
     gate_unit,
     shares,
 )
-from methods.sourcelearn.model import Scope, SourceModel, Unit
+from sourcebench.methods.sourcelearn.model import Scope, SourceModel, Unit
 
 FACT = "The scheduler retries a failed job exactly seven times before it gives up."
 CLAIM = "A failed job is retried seven times."

@@ -11,11 +11,11 @@ import re
 import pytest
 from helpers import GUIDANCE, SOURCE, TEST, answer_ctx, dispatch, make_ctx, stage_calls
 
-from harness import registry
-from harness.data import Source
-from harness.providers import scripted
-from methods.sourcelearn import method as M
-from methods.sourcelearn.model import SourceModel
+from sourcebench.harness import registry
+from sourcebench.harness.data import Source
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.sourcelearn import method as M
+from sourcebench.methods.sourcelearn.model import SourceModel
 
 VARIANTS = {"sourcelearn": M.SourceLearn, "sourcelearn-m0": M.SourceLearnM0, "sourcelearn-ms": M.SourceLearnMS,
             "sourcelearn-wo-self": M.SourceLearnWithoutSelf, "sourcelearn-wo-cross": M.SourceLearnLocal,
@@ -53,7 +53,7 @@ def construct_stages(ctx) -> dict[str, int]:
 
 
 def need_task_learning():
-    from methods.sourcelearn import taskguided
+    from sourcebench.methods.sourcelearn import taskguided
 
     if not hasattr(taskguided, "task_learn"):
         pytest.skip("task-guided learning (Engineer B) not available yet")
@@ -95,7 +95,7 @@ def test_m0_variant_saves_model_and_stats_and_answers_with_evidence_and_notes(tm
 
 
 def test_second_variant_reuses_m0_without_construct_calls(tmp_path):
-    pytest.importorskip("methods.sourcelearn.selfstudy")
+    pytest.importorskip("sourcebench.methods.sourcelearn.selfstudy")
     scripted.set_script(SCRIPT)
     first, s1 = learn(M.SourceLearnM0(), tmp_path, "m0")
     assert construct_stages(first)["construct_read"] == 6
@@ -143,7 +143,7 @@ def test_stale_anchors_hide_units_when_the_source_changes(tmp_path):
 
 
 def test_task_variants_share_ms_and_never_save_the_reference(tmp_path):
-    pytest.importorskip("methods.sourcelearn.selfstudy")
+    pytest.importorskip("sourcebench.methods.sourcelearn.selfstudy")
     need_task_learning()
     scripted.set_script(SCRIPT)
     a, sa = learn(M.SourceLearn(), tmp_path, "mt", GUIDANCE)
@@ -211,7 +211,7 @@ def learning_script():
 def test_learning_is_the_same_whatever_the_task_time_k(tmp_path, variant):
     """Figure 5a's k (8 down to 0) is a task-time setting: the MS key and every learned model are identical
     (separate stores and caches, so nothing is reused), and in one store the k = 0 variant rebuilds no MS."""
-    pytest.importorskip("methods.sourcelearn.selfstudy")
+    pytest.importorskip("sourcebench.methods.sourcelearn.selfstudy")
     need_task_learning()
     guidance = GUIDANCE if variant.uses_guidance else ()
     keys, models = {}, {}

@@ -11,12 +11,12 @@ import json
 
 from helpers import make_ctx
 
-from harness.data import Element, Source
-from harness.llm import full_schema
-from harness.providers import scripted
-from methods.sourcelearn.grounding import GateStats
-from methods.sourcelearn.model import Entity, Region, Scope, SourceModel, Unit
-from methods.sourcelearn.rewrite import (
+from sourcebench.harness.data import Element, Source
+from sourcebench.harness.providers import scripted
+from sourcebench.harness.schema_limits import full_schema
+from sourcebench.methods.sourcelearn.grounding import GateStats
+from sourcebench.methods.sourcelearn.model import Entity, Region, Scope, SourceModel, Unit
+from sourcebench.methods.sourcelearn.rewrite import (
     EVIDENCE_TOTAL,
     MAX_REWRITE_UNITS,
     REWRITE_STATEMENT_CHARS,

@@ -19,10 +19,10 @@ from collections import Counter
 import pytest
 from synthetic import digest, fold_loop, public_outputs, synthetic_model, unit_rows
 
-from methods.sourcelearn import activation, model, similarity
-from methods.sourcelearn.construct import apply_abstractions, dedup, fold_regions
-from methods.sourcelearn.model import Entity, Region, Scope, SourceModel, Unit
-from methods.sourcelearn.rewrite import (
+from sourcebench.methods.sourcelearn import activation, model, similarity
+from sourcebench.methods.sourcelearn.construct import apply_abstractions, dedup, fold_regions
+from sourcebench.methods.sourcelearn.model import Entity, Region, Scope, SourceModel, Unit
+from sourcebench.methods.sourcelearn.rewrite import (
     Note,
     RegionViews,
     entity_units,
@@ -31,7 +31,7 @@ from methods.sourcelearn.rewrite import (
     select_old_units,
     units_by_entity,
 )
-from methods.sourcelearn.selfstudy.consolidate import notes_by_region
+from sourcebench.methods.sourcelearn.selfstudy.consolidate import notes_by_region
 
 # public_outputs(synthetic_model(240, 24, seed=1)) through the code before issue 24 (commit 058f7e6); folding
 # and the deduplication after it re-recorded for issue 21, whose folding share counts the entities that state

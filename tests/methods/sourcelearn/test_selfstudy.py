@@ -15,17 +15,23 @@ from typing import Any
 
 from helpers import SOURCE, make_ctx, stage_calls
 
-from harness.embeddings import HashEmbedder
-from harness.providers import scripted
-from harness.retrieval import HybridIndex
-from methods.sourcelearn.config import SourceLearnConfig
-from methods.sourcelearn.grounding import GateStats
-from methods.sourcelearn.learn_retrieval import expand_code_windows, tiered_search
-from methods.sourcelearn.model import Attribute, Entity, Region, Scope, SourceModel, Unit
-from methods.sourcelearn.rewrite import Note, RewriteSpec, RewriteStats, apply_rewrite, rewrite_region
-from methods.sourcelearn.selfstudy import self_learn
-from methods.sourcelearn.selfstudy.consolidate import consolidate
-from methods.sourcelearn.selfstudy.plan import Action, ProposedAction, validate_actions
+from sourcebench.harness.embeddings import HashEmbedder
+from sourcebench.harness.providers import scripted
+from sourcebench.harness.retrieval import HybridIndex
+from sourcebench.methods.sourcelearn.config import SourceLearnConfig
+from sourcebench.methods.sourcelearn.grounding import GateStats
+from sourcebench.methods.sourcelearn.learn_retrieval import expand_code_windows, tiered_search
+from sourcebench.methods.sourcelearn.model import Attribute, Entity, Region, Scope, SourceModel, Unit
+from sourcebench.methods.sourcelearn.rewrite import (
+    Note,
+    RewriteSpec,
+    RewriteStats,
+    apply_rewrite,
+    rewrite_region,
+)
+from sourcebench.methods.sourcelearn.selfstudy import self_learn
+from sourcebench.methods.sourcelearn.selfstudy.consolidate import consolidate
+from sourcebench.methods.sourcelearn.selfstudy.plan import Action, ProposedAction, validate_actions
 
 # -- a hand-built M0 over the helpers' toy source ------------------------------------------------
 PEOPLE = {"Alice": ["people/alice.md#family", "people/alice.md#work"],
@@ -373,7 +379,7 @@ def test_planner_schema_limits_entity_keys_to_the_listed_ones(tmp_path):
     assert key_enums and all(set(e) == {x.key for x in sm.entities} for e in key_enums)
     # at most n actions; DEEPEN with exactly one key, CONNECT with exactly two (what an in-process
     # decoder's grammar enforces: full_schema restores the bounds inspect's schema type drops)
-    from harness.llm import full_schema
+    from sourcebench.harness.schema_limits import full_schema
 
     actions = full_schema(schema)["properties"]["actions"]
     assert (actions["minItems"], actions["maxItems"]) == (1, SourceLearnConfig().actions_per_round)
@@ -474,8 +480,8 @@ def unrelated():
 
 
 def code_source():
-    from harness.data import Source
-    from harness.elements import split_python
+    from sourcebench.harness.data import Source
+    from sourcebench.harness.elements import split_python
 
     return Source(id="pkg", kind="code", elements=split_python("pkg/a.py", CODE_A) + split_python("pkg/b.py", CODE_B))
 
@@ -584,8 +590,8 @@ def test_self_learn_is_deterministic(tmp_path):
 
 def test_inspection_of_a_dense_element_is_cut_to_the_window_in_the_models_tokens(tmp_path):
     """One lock-file-like element (many tokens per character) must not overflow the inspection prompt."""
-    from harness.data import Element, Source
-    from methods.sourcelearn.selfstudy.observe import OBSERVE_MAX_TOKENS, observe
+    from sourcebench.harness.data import Element, Source
+    from sourcebench.methods.sourcelearn.selfstudy.observe import OBSERVE_MAX_TOKENS, observe
 
     def tokens(text: str) -> int:  # a token per pair of spaces on top of chars / 4
         return len(text) // 4 + text.count("  ")

@@ -22,20 +22,20 @@ from test_selfstudy import (
     unit,
 )
 
-from harness.providers import scripted
-from methods.sourcelearn.config import SourceLearnConfig
-from methods.sourcelearn.construct import MODELING_INSTRUCTION
-from methods.sourcelearn.grounding import GateStats
-from methods.sourcelearn.model import SourceModel
-from methods.sourcelearn.taskguided import task_learn
-from methods.sourcelearn.taskguided.diagnose import (
+from sourcebench.harness.providers import scripted
+from sourcebench.methods.sourcelearn.config import SourceLearnConfig
+from sourcebench.methods.sourcelearn.construct import MODELING_INSTRUCTION
+from sourcebench.methods.sourcelearn.grounding import GateStats
+from sourcebench.methods.sourcelearn.model import SourceModel
+from sourcebench.methods.sourcelearn.taskguided import task_learn
+from sourcebench.methods.sourcelearn.taskguided.diagnose import (
     Claim,
     TaskNeeds,
     leaks_reference,
     reference_strings,
     source_words,
 )
-from methods.sourcelearn.taskguided.lessons import (
+from sourcebench.methods.sourcelearn.taskguided.lessons import (
     Lesson,
     domain_vocabulary,
     identifiers,
@@ -43,8 +43,8 @@ from methods.sourcelearn.taskguided.lessons import (
     repeated_identifiers,
     restated_words,
 )
-from methods.sourcelearn.taskguided.policy import PolicyStats, Preference, select_preferences
-from methods.sourcelearn.taskguided.recalibrate import recalibrate
+from sourcebench.methods.sourcelearn.taskguided.policy import PolicyStats, Preference, select_preferences
+from sourcebench.methods.sourcelearn.taskguided.recalibrate import recalibrate
 
 DIAG = frozenset({"support_ids", "claims"})
 COVERAGE = frozenset({"missing"})
@@ -284,7 +284,7 @@ def lesson_run(tmp_path, replies, needs=NEEDS, source=SOURCE):
 
 def test_an_ordinary_word_does_not_reject_a_lesson(tmp_path):
     """MultiDoc2Dial-like: "eligibility", "online" and "application" name the source's own documents."""
-    from harness.data import Element, Source
+    from sourcebench.harness.data import Element, Source
 
     source = Source(id="benefits", kind="documents", elements=[
         Element(id="benefits/eligibility.md#online-application", title="Eligibility / Online application",

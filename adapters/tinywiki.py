@@ -10,8 +10,8 @@ key-overlap protocol has keys to group by.
 
 from __future__ import annotations
 
-from adapters.base import Benchmark, DataStatus
-from harness.data import Answer, Element, Score, Source, Task
+from sourcebench.harness.benchmark import Benchmark, DataStatus
+from sourcebench.harness.data import Answer, Element, Score, Source, Task
 
 NAME = "tinywiki"
 CANARY = "canary-"
@@ -62,7 +62,7 @@ class TinyWiki(Benchmark):
         return [f"person: {person}", "attribute: occupation" if kind == "job" else "relation: friend"]
 
     async def score(self, task: Task, answer: Answer, judge=None) -> Score:
-        from judges.exact_f1 import exact_f1
+        from sourcebench.judges.exact_f1 import exact_f1
 
         if answer.failed:
             return Score(value=0.0, correct=False, failed=True, failure_reason=answer.failure_reason, judge="exact_f1")

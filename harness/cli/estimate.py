@@ -12,8 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, DataError
-from .estimate import (
+from ..errors import ConfigError, DataError
+from ..estimate import (
     CellUnits,
     Estimate,
     cost,
@@ -23,20 +23,19 @@ from .estimate import (
     totals,
     within,
 )
+from ..options import csv_list, guidance_limit, key_values, positive_int, resolve_guidance_limit, seed_list
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
-    from .cli import _csv, _guidance_limit, _positive, _seeds
-
     e = sub.add_parser("estimate", help="expected calls, tokens and price of a run or reproduce config, per cell",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     e.add_argument("--config", type=Path, help="a reproduce config (YAML/TOML): estimate every folder it would run")
     e.add_argument("--benchmark", help="as for `run`")
-    e.add_argument("--methods", type=_csv, help="as for `run`")
-    e.add_argument("--sources", type=_csv)
-    e.add_argument("--seeds", type=_seeds, default=[0, 1, 2])
-    e.add_argument("--limit", type=_positive)
-    e.add_argument("--guidance-limit", type=_guidance_limit)
+    e.add_argument("--methods", type=csv_list, help="as for `run`")
+    e.add_argument("--sources", type=csv_list)
+    e.add_argument("--seeds", type=seed_list, default=[0, 1, 2])
+    e.add_argument("--limit", type=positive_int)
+    e.add_argument("--guidance-limit", type=guidance_limit)
     e.add_argument("--data-dir", type=Path)
     e.add_argument("--opt", action="append", metavar="KEY=VALUE")
     e.add_argument("--calibration", type=Path, action="append", metavar="RUN_DIR", help="finished run folder(s) "
@@ -55,9 +54,9 @@ def _cells(benchmark: str, methods: list[tuple[str, str]], sources: list[str] | 
            limit: int | None, guidance_limit: int | None, data_dir: Path | None, options: dict[str, str]
            ) -> tuple[list[CellUnits], list[str]]:
     """The cells ``run`` would make, with their units; (alias, registered method) pairs."""
-    from .errors import BenchmarkUnavailable
-    from .registry import get_benchmark_class, get_method_class
-    from .runner import limit_tasks
+    from ..errors import BenchmarkUnavailable
+    from ..registry import get_benchmark_class, get_method_class
+    from ..runner import limit_tasks
 
     bench = get_benchmark_class(benchmark)(data_dir=data_dir, options=options)
     cells, notes = [], []
@@ -80,8 +79,8 @@ def _cells(benchmark: str, methods: list[tuple[str, str]], sources: list[str] | 
 
 
 def _from_config(path: Path) -> tuple[list[tuple[str, list[CellUnits]]], list[str], dict[str, str]]:
-    from reports.config import load_config
-    from reports.plan import plan
+    from sourcebench.reports.config import load_config
+    from sourcebench.reports.plan import plan
 
     cfg = load_config(path)
     groups, notes, method_of = [], [], {}
@@ -102,9 +101,7 @@ def _from_config(path: Path) -> tuple[list[tuple[str, list[CellUnits]]], list[st
     return groups, notes, method_of
 
 
-def main(a: argparse.Namespace) -> int:
-    from .cli import _kv, resolve_guidance_limit
-
+def run(a: argparse.Namespace) -> int:
     if not a.config and not (a.benchmark and a.methods):
         raise ConfigError("estimate: give --config CONFIG, or --benchmark and --methods as for `run`")
     rates = measure(a.calibration) if a.calibration else load_rates()
@@ -115,7 +112,7 @@ def main(a: argparse.Namespace) -> int:
     else:
         pairs = [(m, m) for m in a.methods]
         cells, notes = _cells(a.benchmark, pairs, a.sources, a.seeds, a.limit,
-                              resolve_guidance_limit(a.limit, a.guidance_limit), a.data_dir, _kv(a.opt, "--opt"))
+                              resolve_guidance_limit(a.limit, a.guidance_limit), a.data_dir, key_values(a.opt, "--opt"))
         groups, method_of = [(a.benchmark, cells)], {m: m for m in a.methods}
     report: dict[str, Any] = {"basis": basis, "groups": [], "notes": notes}
     all_est: list[Estimate] = []
@@ -140,7 +137,7 @@ def main(a: argparse.Namespace) -> int:
 
 def _compare(run_dir: Path, est: list[Estimate]) -> dict[str, Any]:
     """Measured calls and tokens of a finished run, per method and phase, against the estimate."""
-    from .io import read_jsonl
+    from ..io import read_jsonl
 
     path = Path(run_dir) / "usage.jsonl"
     if not path.is_file():

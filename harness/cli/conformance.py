@@ -3,7 +3,7 @@
 ``sourcebench check-method NAME`` runs them on a registered method and prints one line per check;
 in a test suite, ``assert_conforms(MyMethod, tmp_path)`` (or ``check_method(...)``, which returns
 the problems instead of raising) does the same. Everything runs through the real runner on
-TinyWiki (``harness.tinywiki``, in memory) with the scripted model and the hash embedder, so the
+TinyWiki (``sourcebench.adapters.tinywiki``, in memory) with the scripted model and the hash embedder, so the
 checks need no data, no network and no model, and take seconds:
 
 * identity: a ``Method`` subclass whose ``name`` is its registered name, a version, a typed config
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from . import registry
-from .method import Method
+from .. import registry
+from ..method import Method
 
 BASELINE = "hybrid_rag"  # the method compared with in key-overlap and break-even
 PROTOCOL_NAMES = ("key-overlap", "break-even", "prequential", "harmful")
@@ -145,8 +145,8 @@ def _identity(checks: Checks, name: str, cls: Any) -> bool:
 
 
 def _checked_run(checks: Checks, name: str, cls: Any, workdir: Path, protocols: bool) -> None:
-    from .tinywiki import NAME as BENCH
-    from .tinywiki import TinyWiki
+    from sourcebench.adapters.tinywiki import NAME as BENCH
+    from sourcebench.adapters.tinywiki import TinyWiki
 
     with _registered(registry.METHOD_GROUP, name, cls), _registered(registry.BENCHMARK_GROUP, BENCH, TinyWiki):
         out = workdir / "run"
@@ -166,11 +166,12 @@ def _checked_run(checks: Checks, name: str, cls: Any, workdir: Path, protocols: 
 
 def _run(checks: Checks, out: Path, methods: list[str]) -> dict[str, Any] | None:
     """Run twice; the second run's summary (None when the run failed)."""
-    from .runner import RunConfig, Runner
-    from .tinywiki import NAME as BENCH
+    from sourcebench.adapters.tinywiki import NAME as BENCH
+
+    from ..runner import RunConfig, Runner
 
     cfg = RunConfig(benchmark=BENCH, methods=methods, model="scripted/extractive", out=out, seeds=[0, 1],
-                    embedder="hash", write_report=False)
+                    embedder="hash")
     try:
         Runner(cfg).run()
         return Runner(cfg).run()
@@ -180,10 +181,11 @@ def _run(checks: Checks, out: Path, methods: list[str]) -> dict[str, Any] | None
 
 
 def _rows_and_artifacts(checks: Checks, out: Path, name: str, cls: Any) -> None:
-    from .artifacts import ArtifactStore
-    from .io import read_json, read_jsonl
-    from .tinywiki import CANARY
-    from .tinywiki import NAME as BENCH
+    from sourcebench.adapters.tinywiki import CANARY
+    from sourcebench.adapters.tinywiki import NAME as BENCH
+
+    from ..artifacts import ArtifactStore
+    from ..io import read_json, read_jsonl
 
     rows = [r for r in read_jsonl(out / "results.jsonl") if r["method"] == name]
     manifests = [read_json(p) for p in sorted((out / "splits" / BENCH / "people").glob("seed*.json"))]
@@ -216,7 +218,7 @@ def _rows_and_artifacts(checks: Checks, out: Path, name: str, cls: Any) -> None:
 
 
 def _hooks(checks: Checks, out: Path, name: str, cls: Any) -> None:
-    from .commands import commands_of
+    from ..commands import commands_of
 
     method = cls()
     arts = sorted(p.parent for p in (out / "artifacts").glob(f"method_{name.replace('/', '_')}/*/artifact.json"))
@@ -248,19 +250,18 @@ def _hooks(checks: Checks, out: Path, name: str, cls: Any) -> None:
 
 
 def builtin_commands() -> set[str]:
-    """The subcommands ``sourcebench`` defines itself (which a method's command may not take)."""
-    import argparse
+    """The subcommands ``sourcebench`` defines itself or a package registers (which a method's command
+    may not take)."""
+    from ..registry import command_targets
+    from .common import BUILTIN_COMMANDS
 
-    from .cli import build_parser
-
-    parser = build_parser(with_method_commands=False)
-    return {n for a in parser._actions if isinstance(a, argparse._SubParsersAction) for n in a.choices}
+    return set(BUILTIN_COMMANDS) | set(command_targets())
 
 
 def _command_problems(name: str, cmds: list[Any]) -> list[str]:
     import argparse
 
-    from .commands import method_commands
+    from ..commands import method_commands
 
     _, clashes = method_commands(builtin_commands())
     bad = [p for p in clashes if p.startswith(f"method {name}:") or f"by method {name};" in p]
@@ -281,8 +282,10 @@ def _command_problems(name: str, cmds: list[Any]) -> list[str]:
 
 
 def _entry_problems(out: Path, name: str, method: Method) -> list[str]:
-    from reports.protocols.entries import entry_access  # lazy: reports build on harness
-    from reports.protocols.session import RunSession
+    from sourcebench.reports.protocols.entries import (
+        entry_access,  # lazy: imported only when the protocols are checked
+    )
+    from sourcebench.reports.protocols.session import RunSession
 
     access = entry_access(method)
     assert access is not None
@@ -319,7 +322,7 @@ def _entry_problems(out: Path, name: str, method: Method) -> list[str]:
 
 
 def _protocols(checks: Checks, out: Path, name: str, baseline: str) -> None:
-    from reports.protocols import compute  # lazy: reports build on harness
+    from sourcebench.reports.protocols import compute  # lazy: imported only when the protocols are checked
 
     for proto in PROTOCOL_NAMES:
         try:
@@ -371,7 +374,7 @@ def add_parser(subparsers: Any) -> Any:
         "check-method", help="run the conformance checks on a registered method (e.g. one from your package)",
         description="Learn and test METHOD on TinyWiki (in memory) with the scripted model and the hash embedder, "
         "then check its rows, artifacts, optional hooks and every protocol; exit 1 when a check fails. "
-        "The same checks in a test suite: harness.conformance.assert_conforms(MyMethod, tmp_path).")
+        "The same checks in a test suite: sourcebench.assert_conforms(MyMethod, tmp_path).")
     p.add_argument("method", help="registered method name (sourcebench list)")
     p.add_argument("--out", type=Path, help="keep the run folder here (default: a temporary folder, removed)")
     p.add_argument("--no-protocols", action="store_true", help="skip the four protocols (faster)")

@@ -14,14 +14,13 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
-from harness.data import Answer, Evidence, Score, Source, Split, Task, estimate_tokens
-from harness.errors import DataError
-from harness.splits import grouped_split
+from sourcebench.harness.data import Answer, Evidence, Score, Source, Split, Task, estimate_tokens
+from sourcebench.harness.errors import DataError
+from sourcebench.harness.splits import grouped_split
 
 if TYPE_CHECKING:
-    from harness.llm import BoundLLM
+    from sourcebench.harness.llm import BoundLLM
 
-    from .fetch import FetchReport
 
 DATA_ENV = "SOURCEBENCH_DATA_DIR"
 
@@ -75,7 +74,7 @@ class Benchmark(abc.ABC):
         self.options = dict(options or {})
         unknown = set(self.options) - set(self.known_options)
         if unknown:
-            from harness.errors import ConfigError
+            from sourcebench.harness.errors import ConfigError
 
             known = ", ".join(f"{k} ({v})" for k, v in self.known_options.items()) or "none"
             raise ConfigError(f"{self.name}: unknown option(s) {', '.join(sorted(unknown))}; known: {known}")
@@ -100,16 +99,15 @@ class Benchmark(abc.ABC):
 
     def fetch_command(self) -> str:
         """The command that gets this benchmark's data ('' if none), shown by ``sourcebench data``."""
-        from .fetch import command_for
+        return ""
 
-        return command_for(self.name)
+    def fetch(self, dest: Path, settings: dict[str, str] | None = None, log=print) -> Any:
+        """Download (or generate) the data into ``dest/<subdir>``, each step resumable and checked, and
+        return what was done. The built-ins get theirs from ``sourcebench.adapters.fetch``; a benchmark
+        without a fetcher says how to get its data instead."""
+        from sourcebench.harness.errors import ConfigError
 
-    def fetch(self, dest: Path, settings: dict[str, str] | None = None, log=print) -> FetchReport:
-        """Download (or generate) the data into ``dest/<subdir>``, each step resumable and checked.
-        Built-ins delegate to their module in ``adapters.fetch``; a third-party benchmark overrides this."""
-        from .fetch import run_fetch
-
-        return run_fetch(self.name, Path(dest), dict(settings or {}), log)
+        raise ConfigError(f"data fetch {self.name}: no fetcher; {self.how_to_get()}")
 
     def data_status(self) -> DataStatus:
         try:
