@@ -96,6 +96,30 @@ class RunConfig:
     # that any of them made (same model, settings, messages) without asking the model again
     cache_dir: Path | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting, JSON-ready. Saved whole in ``run.json`` so that whatever runs on the folder later
+        (a protocol that calls the model again, a resume) rebuilds exactly this configuration."""
+        return _config_adapter().dump_python(self, mode="json")
+
+    @classmethod
+    def from_dict(cls, data: Any) -> RunConfig:
+        """The configuration ``to_dict`` wrote, validated (types, and the fields it must have)."""
+        from pydantic import ValidationError
+
+        try:
+            return _config_adapter().validate_python(dict(data) if isinstance(data, dict) else data)
+        except ValidationError as e:
+            err = e.errors()[0]
+            where = ".".join(str(x) for x in err.get("loc", ())) or "config"
+            raise DataError(f"run configuration: {where}: {err.get('msg')}") from None
+
+
+@functools.cache
+def _config_adapter() -> Any:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(RunConfig)
+
 
 def shard_of(task_id: str, n: int) -> int:
     """The shard (0..n-1) a test task belongs to: a stable hash, the same in every process."""
@@ -281,6 +305,7 @@ class Runner:
                           "cache_dir": str(self.cfg.cache_dir) if self.cfg.cache_dir else None},
             "versions": package_versions(),
             "git_commit": git_commit(),
+            "config": self.cfg.to_dict(),
         }
 
     def _check_previous(self) -> dict[str, Any] | None:

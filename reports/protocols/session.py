@@ -77,7 +77,11 @@ class Plan:
 
 
 def _data_dir_of(run: dict[str, Any]) -> Path | None:
-    """The ``--data-dir`` the run was started with, read back from its recorded command line."""
+    """The ``--data-dir`` the run was started with: from its recorded configuration, or (a folder written
+    before run.json held it) from its recorded command line."""
+    config = run.get("config")
+    if isinstance(config, dict):
+        return Path(config["data_dir"]) if config.get("data_dir") else None
     try:
         argv = shlex.split(str(run.get("command") or ""))
     except ValueError:
@@ -100,6 +104,13 @@ def run_config(run_dir: Path, methods: list[str] | None = None, data_dir: Path |
     if not path.is_file():
         raise DataError(f"{path}: file not found (not a run folder?)")
     run = read_json(path)
+    if isinstance(run.get("config"), dict):  # the whole configuration of the test phase, as it ran
+        cfg = RunConfig.from_dict(run["config"])
+        names = methods or list(cfg.methods)
+        return replace(cfg, out=Path(run_dir), methods=names, display="none", data_dir=data_dir or cfg.data_dir,
+                       method_configs={n: c for n, c in cfg.method_configs.items() if n in names},
+                       executor="local", ray_address=None, test_processes=1, task_shard=None)
+    # a folder written before run.json held the configuration: what its other fields say
     bench = run.get("benchmark") or {}
     bench_name = bench.get("name") if isinstance(bench, dict) else bench
     model = run.get("model") or {}
