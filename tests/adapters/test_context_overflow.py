@@ -14,6 +14,7 @@ import pytest
 
 from sourcebench.adapters.appworld import AppWorld
 from sourcebench.harness.runner import RunConfig, Runner
+from sourcebench.reports.leaderboard import write_report
 from tests.adapters.appworld_fakes import FakeEnv
 from tests.conftest import need_data
 
@@ -53,6 +54,7 @@ def test_prompt_over_the_window_is_a_scored_failure(benchmark, tmp_path, monkeyp
     cfg = RunConfig(benchmark=benchmark, methods=["hybrid_rag"], model="scripted/extractive", out=out, seeds=[0],
                     limit=2, embedder="hash", context_window=WINDOW, **CASES[benchmark](tmp_path))
     summary = Runner(cfg).run()
+    write_report(out, data_dir=cfg.data_dir)
     rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     assert summary["rows_new"] == len(rows) == 2
     for r in rows:
