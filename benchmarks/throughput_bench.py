@@ -193,12 +193,15 @@ def inspect_generate(n: int, conc: int, latency: float, log_dir: Path, model: st
 def run_once(data: Path, out: Path, model: str, methods: list[str], n_tasks: int, conc: int,
              report: bool = False, samples: int | None = None, processes: int = 1) -> tuple[float, dict]:
     from sourcebench.harness.runner import RunConfig, Runner
+    from sourcebench.reports.leaderboard import write_report
 
     cfg = RunConfig(benchmark="phantomwiki", methods=methods, model=model, out=out, seeds=[0], limit=n_tasks,
                     data_dir=data, embedder="hash", max_samples=samples or conc, max_connections=conc,
-                    write_report=report, test_processes=processes)
+                    test_processes=processes)
     t0 = time.perf_counter()
     summary = Runner(cfg).run()
+    if report:
+        summary["report"] = write_report(out, data_dir=data)
     return time.perf_counter() - t0, summary
 
 
