@@ -58,6 +58,9 @@ class Benchmark(abc.ABC):
     name: ClassVar[str] = ""
     version: ClassVar[str] = "1-A"  # inspect_evals style: N bumps when results stop being comparable
     subdir: ClassVar[str] = ""  # folder under a data dir
+    # An interactive benchmark's ``solve`` also takes ``lookup`` (``harness.method.Context.lookup``): it asks
+    # the method answering the task for its source context on queries of its own during the episode.
+    interactive: ClassVar[bool] = False
     scorer_name: ClassVar[str] = ""
     needs_judge_model: ClassVar[bool] = False
     answer_instructions: ClassVar[str] = "Answer the question concisely, in a sentence or two."

@@ -28,7 +28,7 @@ from inspect_ai.solver import Generate, TaskState, solver
 from .data import Answer, Task
 from .errors import BudgetExceeded, ModelUnavailableError
 from .io import append_jsonl, redact_secrets, secret_values
-from .method import ACTIVE_ANSWER, ActiveAnswer, Context
+from .method import Context, answering
 
 if TYPE_CHECKING:
     from .runner import Cell, Runner
@@ -49,11 +49,8 @@ def cell_task(runner: Runner, cell: Cell, todo: list[Task]) -> InspectTask:
         async def solve(state: TaskState, generate: Generate) -> TaskState:
             task = by_id[str(state.sample_id)]
             try:
-                token = ACTIVE_ANSWER.set(ActiveAnswer(cell.method, loaded(), ctx))
-                try:
-                    answer = await cell.method.answer(task, loaded(), ctx)
-                finally:
-                    ACTIVE_ANSWER.reset(token)
+                state_ = loaded()
+                answer = await cell.method.answer(task, state_, answering(ctx, cell.method, state_))
             except (ModelUnavailableError, BudgetExceeded):  # the run stops (resumably), not this task
                 raise
             except Exception as e:  # a method bug must not stop the other tasks: scored failure

@@ -16,8 +16,7 @@ from __future__ import annotations
 import abc
 import argparse
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -53,10 +52,39 @@ class Context:
     judge: Callable[[Task, Answer], Awaitable[Score]] | None = None
     progress: Callable[[str], None] = lambda msg: None
     extra: dict[str, Any] = field(default_factory=dict)
+    # Set in the test phase (``answering``): asks the method answering this task for its own source
+    # context on a query of the benchmark's, e.g. AppWorld's documentation lookups.
+    lookup: ContextLookup | None = None
+    # Set only while a lookup runs: receives the evidence and notes instead of the shared prompt.
+    capture: Callable[[list[Evidence], str], None] | None = None
 
     async def solve(self, task: Task, evidence: list[Evidence], notes: str = "", stage: str = "answer") -> Answer:
-        """The shared answer prompt: same wording for every method, only the context differs."""
+        """The shared answer prompt: same wording for every method, only the context differs. An
+        interactive benchmark also gets ``lookup``, to ask the method back during the episode."""
+        if self.capture is not None:
+            self.capture(list(evidence), notes or "")
+            return Answer(text="", evidence_ids=[e.element_id for e in evidence])
+        if self.benchmark.interactive:
+            return await self.benchmark.solve(task, evidence, notes, self.llm, stage=stage, lookup=self.lookup)
         return await self.benchmark.solve(task, evidence, notes, self.llm, stage=stage)
+
+
+# A method's own context (evidence, notes) for a lookup task, or None when it built none.
+ContextLookup = Callable[[Task], Awaitable["tuple[list[Evidence], str] | None"]]
+
+
+def answering(ctx: Context, method: Method, state: Any) -> Context:
+    """The context ``method`` answers one test task with: ``ctx`` whose ``lookup`` runs the same method,
+    on the same loaded state, on a lookup task and hands back the context it built for it (its shared
+    prompt is captured, not sent), so that methods differ only in how they represent the source."""
+
+    async def lookup(probe: Task) -> tuple[list[Evidence], str] | None:
+        captured: list[tuple[list[Evidence], str]] = []
+        inner = replace(ctx, lookup=None, capture=lambda ev, notes: captured.append((ev, notes)))
+        await method.answer(probe, state, inner)
+        return captured[-1] if captured else None
+
+    return replace(ctx, lookup=lookup, capture=None)
 
 
 @dataclass
@@ -198,21 +226,3 @@ class Method(abc.ABC):
     def cli_commands(cls) -> list[Command]:
         """Subcommands this method adds to ``sourcebench`` (found through the method registry)."""
         return []
-
-
-@dataclass
-class ActiveAnswer:
-    """The method, its loaded state and the context answering the current test task.
-
-    Interactive benchmarks (AppWorld) read it from ``ACTIVE_ANSWER`` to ask the same method for its
-    source context on queries of their own (the agent's documentation lookups), so methods differ
-    only in how they represent and access the source.
-    """
-
-    method: Method
-    state: Any
-    ctx: Context
-
-
-# Set by the test phase around each ``Method.answer`` call (one value per inspect sample).
-ACTIVE_ANSWER: ContextVar[ActiveAnswer | None] = ContextVar("sourcebench_active_answer", default=None)

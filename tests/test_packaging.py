@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -25,9 +26,18 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory) -> Path:
     """This checkout's wheel, unpacked as pip installs it."""
-    dist = tmp_path_factory.mktemp("dist")
+    dist, tree = tmp_path_factory.mktemp("dist"), tmp_path_factory.mktemp("tree")
+    # from a copy of the files git knows (a checkout's build/ and stray files never reach the wheel)
+    listed = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                            capture_output=True, text=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout: the wheel is built from the files git knows")
+    for rel in listed.stdout.splitlines():
+        if (ROOT / rel).is_file():
+            (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / rel, tree / rel)
     r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                        "-w", str(dist), str(ROOT)], capture_output=True, text=True)
+                        "-w", str(dist), str(tree)], capture_output=True, text=True)
     if r.returncode != 0:
         pytest.skip(f"no wheel could be built here: {r.stderr.strip().splitlines()[-1:]}")
     wheel = next(dist.glob("sourcebench-*.whl"))

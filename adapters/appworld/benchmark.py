@@ -27,7 +27,7 @@ from sourcebench.adapters.fetch import FetchedData
 from sourcebench.harness.benchmark import Benchmark
 from sourcebench.harness.data import Answer, Evidence, Score, Source, Split, Task, stable_hash
 from sourcebench.harness.errors import BenchmarkUnavailable, ConfigError, DataError
-from sourcebench.harness.method import ACTIVE_ANSWER
+from sourcebench.harness.method import ContextLookup
 from sourcebench.harness.splits import official_split
 
 from ..availability import Availability, candidate_dirs
@@ -56,6 +56,7 @@ def scenario_goal_completion(rows: list[dict[str, Any]]) -> float | None:
 
 class AppWorld(FetchedData, Benchmark):
     name = "appworld"
+    interactive = True  # the agent looks documentation up through the method (channel.py)
     version = "2-A"  # 2: the official ReAct prompt, demonstration and history rule
     subdir = "appworld"
     scorer_name = "appworld_tgc"
@@ -222,9 +223,11 @@ class AppWorld(FetchedData, Benchmark):
         settings = llm.spec.settings() if hasattr(llm, "spec") else {}
         return f"sourcebench-{method}-{stable_hash(settings)[:10]}"
 
-    async def solve(self, task: Task, evidence: list[Evidence], notes: str, llm: Any, stage: str = "answer") -> Answer:
+    async def solve(self, task: Task, evidence: list[Evidence], notes: str, llm: Any, stage: str = "answer",
+                    lookup: ContextLookup | None = None) -> Answer:
         """Run the agent on the task; the method's context answers its documentation lookups."""
-        channel = DocumentationChannel(task, ACTIVE_ANSWER.get(), evidence, notes)
+        channel = DocumentationChannel(task, lookup, evidence, notes, method=str(getattr(llm, "method", "")) or
+                                       "the method")
         show_initial = self.options.get("initial_docs", "yes").lower() not in ("no", "false", "0")
         context = ChannelReply(task.question, evidence, notes).render() if show_initial and (evidence or notes) else ""
         agent = ReActAgent(llm, channel, max_steps=self._int_option("max_steps", MAX_STEPS),

@@ -8,19 +8,19 @@ and shown to the agent instead. Hybrid RAG thus returns its top 8 API specificat
 a closed-book method returns nothing, SourceLearn adds its activated source model: methods differ
 only in how the documentation is represented and accessed.
 
-Outside the test phase (a method attempting guidance tasks while learning) no method state is
-active; lookups are then answered from the evidence and notes the method passed for the task.
+The test phase hands the benchmark the method's lookup (``harness.method.answering``). Outside it (a
+method attempting guidance tasks while learning) there is none; lookups are then answered from the
+evidence and notes the method passed for the task.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sourcebench.harness.data import Answer, Evidence, Task
-from sourcebench.harness.method import ActiveAnswer
+from sourcebench.harness.data import Evidence, Task
+from sourcebench.harness.method import ContextLookup
 
 TOP_K = 8
 MAX_REPLY_CHARS = 20_000  # the official scaffold cuts observations at 20,000 characters
@@ -48,25 +48,6 @@ class ChannelReply:
         return text if len(text) <= max_chars else text[:max_chars] + "\n[REST NOT SHOWN FOR BREVITY]"
 
 
-class _Capture:
-    """Stands in for the benchmark while the method builds its context for a lookup.
-
-    ``solve`` records the evidence and notes instead of prompting the model; every other attribute
-    is the real benchmark's, so a method that inspects its benchmark sees no difference.
-    """
-
-    def __init__(self, benchmark: Any):
-        self._benchmark = benchmark
-        self.calls: list[tuple[list[Evidence], str]] = []
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._benchmark, name)
-
-    async def solve(self, task: Task, evidence: list[Evidence], notes: str, llm: Any, stage: str = "answer") -> Answer:
-        self.calls.append((list(evidence), notes or ""))
-        return Answer(text="", evidence_ids=[e.element_id for e in evidence])
-
-
 def _words(text: str) -> set[str]:
     return set(_WORD.findall(text.lower()))
 
@@ -74,17 +55,18 @@ def _words(text: str) -> set[str]:
 class DocumentationChannel:
     """Answers lookup queries for one task from the method's own source context."""
 
-    def __init__(self, task: Task, active: ActiveAnswer | None, evidence: list[Evidence], notes: str,
-                 k: int = TOP_K):
+    def __init__(self, task: Task, lookup: ContextLookup | None, evidence: list[Evidence], notes: str,
+                 k: int = TOP_K, method: str = "the method"):
         self.task = task
-        self.active = active
+        self.method_lookup = lookup
+        self.method = method
         self.evidence = evidence
         self.notes = notes
         self.k = k
         self.lookups: list[dict[str, Any]] = []
 
     async def lookup(self, query: str) -> ChannelReply:
-        if self.active is not None:
+        if self.method_lookup is not None:
             reply = await self._ask_method(query)
         else:
             reply = self._from_task_context(query)
@@ -93,16 +75,14 @@ class DocumentationChannel:
         return reply
 
     async def _ask_method(self, query: str) -> ChannelReply:
-        assert self.active is not None
-        capture = _Capture(self.active.ctx.benchmark)
-        ctx = dataclasses.replace(self.active.ctx, benchmark=capture)
+        assert self.method_lookup is not None
         probe = Task(id=f"{self.task.id}/docs/{len(self.lookups) + 1}", source_id=self.task.source_id,
                      question=query, group=self.task.group,
                      metadata={"documentation_lookup": True, "task_id": self.task.id})
-        await self.active.method.answer(probe, self.active.state, ctx)
-        if not capture.calls:
-            return ChannelReply(query, note=f"{self.active.method.name} returned no documentation context")
-        evidence, notes = capture.calls[-1]
+        got = await self.method_lookup(probe)
+        if got is None:
+            return ChannelReply(query, note=f"{self.method} returned no documentation context")
+        evidence, notes = got
         return ChannelReply(query, evidence, notes)
 
     def _from_task_context(self, query: str) -> ChannelReply:

@@ -207,4 +207,4 @@ def _print(report: dict[str, Any], a: argparse.Namespace) -> None:
             console.print(f"  {k}: estimated {_n(x)}, measured {_n(m)} ({within(x, m)})")
 
 
-__all__ = ["add_parser", "main"]
+__all__ = ["add_parser", "run"]

@@ -17,14 +17,13 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sourcebench.harness import method as method_module
 from sourcebench.harness.artifacts import MANIFEST, ArtifactStore
 from sourcebench.harness.data import Answer, Score, Source, Split, Task
 from sourcebench.harness.embeddings import get_embedder
 from sourcebench.harness.errors import DataError, ModelUnavailableError
 from sourcebench.harness.io import read_json
 from sourcebench.harness.llm import LLM, BoundLLM, Message, ModelSpec, UsageLedger
-from sourcebench.harness.method import Context, Method
+from sourcebench.harness.method import Context, Method, answering
 from sourcebench.harness.runner import RunConfig, Runner, limit_tasks
 from sourcebench.harness.splits import load_manifest, manifest_path
 
@@ -227,18 +226,13 @@ class RunSession:
 
 async def answer_and_score(method: Method, task: Task, state: Any, ctx: Context) -> tuple[Answer, float]:
     """Answer one task as the test phase does (a method error is a scored failure) and score it."""
-    active = getattr(method_module, "ACTIVE_ANSWER", None)  # interactive benchmarks ask the method back
-    token = active.set(method_module.ActiveAnswer(method, state, ctx)) if active is not None else None
     try:
-        answer = await method.answer(task, state, ctx)
+        answer = await method.answer(task, state, answering(ctx, method, state))
     except (ModelUnavailableError, asyncio.CancelledError):
         raise
     except Exception as e:  # noqa: BLE001  (a method bug is a scored failure, as in the test phase)
         answer = Answer(text="", failed=True, failure_reason=f"method error: {type(e).__name__}: {e}",
                         metadata={"traceback": traceback.format_exc(limit=3)[-2000:]})
-    finally:
-        if token is not None:
-            active.reset(token)
     score = await ctx.judge(task, answer)  # type: ignore[misc]
     value = 0.0 if (answer.failed or score.failed) else float(score.value)
     return answer, value

@@ -31,7 +31,7 @@ from sourcebench.harness.data import Answer, Task, estimate_tokens
 from sourcebench.harness.embeddings import HashEmbedder
 from sourcebench.harness.errors import BenchmarkUnavailable, DataError
 from sourcebench.harness.llm import LLM, CallCache, ModelSpec, UsageLedger
-from sourcebench.harness.method import ACTIVE_ANSWER, ActiveAnswer, Context
+from sourcebench.harness.method import Context, answering
 from sourcebench.harness.providers import scripted
 from sourcebench.methods.hybrid_rag import HybridRAG
 from sourcebench.methods.no_source import NoSource
@@ -271,11 +271,7 @@ def test_documentation_channel_answers_with_the_methods_own_context(tmp_path, mo
     scripted.set_script(_doc_then_pay)
     b = bench()
     method, ctx = HybridRAG(), _answer_ctx(tmp_path, b, make_llm(tmp_path), "hybrid_rag")
-    token = ACTIVE_ANSWER.set(ActiveAnswer(method, None, ctx))
-    try:
-        ans = asyncio.run(method.answer(task(), None, ctx))
-    finally:
-        ACTIVE_ANSWER.reset(token)
+    ans = asyncio.run(method.answer(task(), None, answering(ctx, method, None)))
     # the documentation block was answered by the channel, never run in the world
     assert env.executed == ["apis.venmo.create_transaction(receiver_email='ana@x.com', amount=20)",
                             "apis.supervisor.complete_task()"]
@@ -299,11 +295,7 @@ def test_a_closed_book_method_gets_no_documentation(tmp_path, monkeypatch):
     scripted.set_script(_doc_then_pay)
     b = bench()
     method, ctx = NoSource(), _answer_ctx(tmp_path, b, make_llm(tmp_path), "no_source")
-    token = ACTIVE_ANSWER.set(ActiveAnswer(method, None, ctx))
-    try:
-        ans = asyncio.run(method.answer(task(), None, ctx))
-    finally:
-        ACTIVE_ANSWER.reset(token)
+    ans = asyncio.run(method.answer(task(), None, answering(ctx, method, None)))
     assert "No documentation found for 'venmo app, create transaction API" in scripted.CALLS[1]["messages"][-1]["content"]
     assert not any(CONTEXT_HEADING in m["content"] for m in scripted.CALLS[0]["messages"])
     assert env.executed[0].startswith("apis.venmo.unknown_api") and not asyncio.run(b.score(task(), ans)).correct
