@@ -317,13 +317,14 @@ _STORY_HEADS = [
 ]
 
 
-def split_story(path: str, text: str, max_chars: int | None = 4000) -> list[Element]:
+def split_story(path: str, text: str, max_chars: int | None = 1200) -> list[Element]:
     """Sections at chapter/book/act/scene headings (and INT./EXT. for scripts), else plain chunks.
 
     A heading must stand on its own line after a blank line, so prose that merely starts a line with
     "Chapter 3 ..." is not mistaken for one. Chapters longer than ``max_chars`` are cut into
-    ``path#chapter-slug-part-N`` pieces (None keeps whole chapters), because whole chapters are too
-    coarse for retrieval.
+    paragraph-aligned ``path#chapter-slug-part-N`` pieces (None keeps whole chapters). The default,
+    1,200, is what the shared retrieval index indexes and a solver is shown of an element
+    (``retrieval.EXCERPT_CHARS``): longer sections would leave the rest of their text unreachable.
     """
     lines = _lines(text)
     heads = []

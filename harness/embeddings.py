@@ -403,7 +403,10 @@ class LocalEmbedder(Embedder):
 # OpenAI / OpenAI-compatible embedder
 # --------------------------------------------------------------------------------------------------
 
-_KNOWN_OPENAI_DIMS = {"text-embedding-3-large": 3072, "text-embedding-3-small": 1536, "text-embedding-ada-002": 1536}
+# OpenAI's own embedding models (counted with cl100k_base). Their native sizes are not assumed: a
+# ``dimensions`` setting or a compatible server may serve the same name at another size, so the
+# dimension is the one the endpoint returns.
+_OPENAI_MODELS = frozenset({"text-embedding-3-large", "text-embedding-3-small", "text-embedding-ada-002"})
 # OpenAI's embeddings contract: 8,191 tokens per input (the models page; the API's error says 8,192), at
 # most 2,048 inputs and 300,000 tokens summed over the inputs of one request; its models count cl100k_base.
 OPENAI_MAX_INPUT_TOKENS = 8191
@@ -446,7 +449,7 @@ class OpenAIEmbedder(Embedder):
         self.batch_size = batch_size
         self.timeout = timeout
         self.max_retries = max_retries
-        self._dim: int | None = _KNOWN_OPENAI_DIMS.get(model)
+        self._dim: int | None = None  # the dimension the endpoint returned first (see _embed_batch)
         self._client = None
         self._limit_args = (max_input_tokens, max_batch_inputs, max_batch_tokens)
         self._limits: InputLimits | None = None
@@ -459,7 +462,7 @@ class OpenAIEmbedder(Embedder):
     def limits(self) -> InputLimits:
         if self._limits is None:
             counter = None
-            if self.model in _KNOWN_OPENAI_DIMS:
+            if self.model in _OPENAI_MODELS:
                 counter, why = cl100k_counter()
                 if counter is None:
                     log.warning("embedder %s: inputs are counted by UTF-8 bytes (about 4x fewer tokens than "
@@ -471,8 +474,10 @@ class OpenAIEmbedder(Embedder):
 
     @property
     def dim(self) -> int:
-        if self._dim is None:  # unknown model: ask the server once
-            self._dim = int(self._embed_batch(["dimension probe"]).shape[1])
+        """The dimension the endpoint returns (asked once, with a probe, if nothing was embedded yet)."""
+        if self._dim is None:
+            self._embed_batch(["dimension probe"])
+        assert self._dim is not None
         return self._dim
 
     def _get_client(self):
@@ -524,8 +529,16 @@ class OpenAIEmbedder(Embedder):
             )
         arr = np.asarray([d.embedding for d in data], dtype=np.float32)
         if self._dim is None:
-            self._dim = arr.shape[1]
+            self._dim = int(arr.shape[1])
+        elif arr.shape[1] != self._dim:
+            raise ModelUnavailableError(dimension_changed(self.name, self.endpoint, self._dim, int(arr.shape[1])))
         return arr
+
+
+def dimension_changed(name: str, where: str, before: int, now: int) -> str:
+    """The one-line error when an embedder's vectors change size within a run (they could not be compared)."""
+    return (f"embedder {name} ({where}): returned vectors of dimension {now} after {before} earlier in this "
+            f"run; one run needs one dimension (did the served model or its `dimensions` setting change?)")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -628,10 +641,11 @@ class CachedEmbedder(Embedder):
         self.hits = 0
         self.misses = 0
         self._lock = threading.Lock()
+        self._dim: int | None = None  # the dimension of the first vectors this embedder gave
 
     @property
     def dim(self) -> int:
-        return self.inner.dim
+        return self._dim if self._dim is not None else self.inner.dim
 
     @property
     def limits(self) -> InputLimits | None:
@@ -666,6 +680,13 @@ class CachedEmbedder(Embedder):
             vecs = self.inner.embed_prepared([missing[k] for k in mkeys])
             self.cache.put_many(self.name, mkeys, vecs)
             found.update(zip(mkeys, vecs))
+        dims = sorted({int(v.shape[0]) for v in found.values()} | ({self._dim} if self._dim is not None else set()))
+        if len(dims) > 1:  # cached vectors of another size than fresh ones (or than earlier in the run)
+            raise ModelUnavailableError(
+                f"embedder {self.name}: vectors of dimensions {' and '.join(map(str, dims))} in one run (the "
+                f"cache {self.cache.path} holds vectors of another size than the endpoint gives now, or the "
+                f"endpoint changed); one run needs one dimension: use another --cache-dir or fix the endpoint")
+        self._dim = dims[0]
         # Inner embedders already normalise; re-normalising would make cached and fresh vectors differ in the last bit.
         return np.stack([found[k] for k in keys]).astype(np.float32, copy=False)
 

@@ -36,7 +36,7 @@ from sourcebench.harness.errors import ConfigError
 from sourcebench.harness.method import Context, Entry, LearnContext, Method, MethodConfig
 from sourcebench.harness.schema_limits import bounded_list, bounded_text
 
-from .evidence import TOP_K, load_index, retrieve
+from .evidence import TOP_K, load_index, retrieve, shared_index_deviations
 
 WORKFLOWS_FILE = "workflows.json"
 WORKFLOWS_MD = "workflows.md"
@@ -229,6 +229,7 @@ class AWM(Method):
         "The workflow set enters the shared answer prompt as notes (no agent loop or action space).",
         ("The induction reply's schema bounds what a constrained decoder may write (12 workflows of at most 12 "
          "steps, 300 characters each) so a small model cannot loop to max_tokens; the official has none."),
+        *shared_index_deviations(),  # its evidence is the shared index's top 8
     ]
 
     # -- learn ----------------------------------------------------------------------------------

@@ -43,6 +43,37 @@ from sourcebench.harness.retrieval import HybridIndex
 TOP_K = 8
 CODE_PER_FILE_CAP = 3
 
+# Where the shared index (and the harness's elements it holds) departs from the official SourceLearn
+# retriever and element model. Every method that retrieves through it lists these among its own
+# deviations (``shared_index_deviations``), so a number shows what its evidence could reach.
+SHARED_INDEX_DEVIATIONS: list[str] = [
+    ("documents are split at their own format's headings: Markdown ATX headings, reST titles (over- and "
+     "underlined), HTML <h1>-<h6>, and any other text file (.txt among them) into paragraph-aligned parts of at "
+     "most 4,000 characters; the official SourceLearn splits .md, .rst and .txt files only at Markdown '#' "
+     "headings (a reST or plain-text page is then one section, of which its first 1,200 characters are indexed) "
+     "and reads no .html. Kept because the element model is shared by every method and benchmark, and "
+     "following the official rule would leave all but the first 1,200 characters of each reST documentation "
+     "page unreachable by retrieval; evidence on documentation questions is therefore stronger than the "
+     "official index's in the repositories whose docs are reST (5 of SWE-QA's 6)"),
+    ("a whole-file element whose file has no symbol elements (a Python file without classes or functions or "
+     "that does not parse, a non-Python code or config file) is retrievable by its path and first 1,200 "
+     "characters; the official code retrieves section and symbol elements only (and reads only .py, .md, "
+     ".rst and .txt files), so such text could not be retrieved there"),
+    ("code symbols are top-level classes and functions and the methods of top-level classes (the harness's "
+     "Python splitter); the official also makes elements of nested classes' members, which here are read "
+     "inside their class"),
+    ("an element's name is its harness title: a section's heading path ('Guide > Install') where the "
+     "official takes the heading alone, 'path (part N)' for a plain-text part"),
+    ("tokens are runs of Unicode letters and digits (official: [a-z0-9], the same on ASCII text); ties are "
+     "broken by element id (official: list order); the dense model is the run's embedder (official: "
+     "text-embedding-3-large)"),
+]
+
+
+def shared_index_deviations() -> list[str]:
+    """``SHARED_INDEX_DEVIATIONS`` as another method lists them (each marked as the shared index's)."""
+    return [f"shared Hybrid RAG index: {d}" for d in SHARED_INDEX_DEVIATIONS]
+
 MISSING_TARGET = "match_context: no reference context size for this task"
 NO_GOLD = "exclude_gold: the task has no gold element labels"
 

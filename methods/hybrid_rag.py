@@ -33,6 +33,7 @@ from .evidence import (
     GOLD_KEY,
     MISSING_TARGET,
     NO_GOLD,
+    SHARED_INDEX_DEVIATIONS,
     TOP_K,
     context_key,
     ensure_index,
@@ -64,20 +65,7 @@ class HybridRAG(Method):
     Config = HybridRAGConfig
     uses_guidance = False
     description = "BM25 + dense retrieval fused by RRF; top 8 source elements per task"
-    deviations: ClassVar[list[str]] = [
-        ("a whole-file element whose file has no symbol elements (a Python file without classes or functions or "
-         "that does not parse, a non-Python code or config file) is retrievable by its path and first 1,200 "
-         "characters; the official code retrieves section and symbol elements only (and reads only .py, .md, "
-         ".rst and .txt files), so such text could not be retrieved there"),
-        ("code symbols are top-level classes and functions and the methods of top-level classes (the harness's "
-         "Python splitter); the official also makes elements of nested classes' members, which here are read "
-         "inside their class"),
-        ("an element's name is its harness title: a section's heading path ('Guide > Install') where the "
-         "official takes the heading alone, 'path (part N)' for a plain-text part"),
-        ("tokens are runs of Unicode letters and digits (official: [a-z0-9], the same on ASCII text); ties are "
-         "broken by element id (official: list order); the dense model is the run's embedder (official: "
-         "text-embedding-3-large)"),
-    ]
+    deviations: ClassVar[list[str]] = SHARED_INDEX_DEVIATIONS
 
     async def learn(self, source: Source, guidance: list[Task], ctx: LearnContext) -> dict[str, Any]:
         folder = await ensure_index(ctx)

@@ -71,7 +71,7 @@ class HippoRAG2Config(TaskTimeConfig):
     synonym_threshold: float = SYNONYM_THRESHOLD
     synonym_max_neighbours: int = SYNONYM_MAX_NEIGHBOURS
     fact_top_k: int = 5
-    max_kept_facts: int = 4
+    max_kept_facts: int = 5  # official len_after_rerank = link_top_k
     link_top_k: int = 5
     passage_node_weight: float = 0.05
     damping: float = 0.5
@@ -97,7 +97,7 @@ class HippoRAG2(Method):
     """
 
     name = "hipporag2"
-    version = "2"  # 2: passages read whole (chunked), code files as non-overlapping pieces
+    version = "3"  # 2: passages read whole (chunked), code files as non-overlapping pieces; 3: 5 kept facts
     Config = HippoRAG2Config
     uses_guidance = False
     description = "OpenIE knowledge graph + recognition-memory fact filter + personalised PageRank; top 8 passages"

@@ -72,7 +72,10 @@ def fact_text(fact: Triple) -> str:
 
 
 def passage_embed_text(element: Element) -> str:
-    """Passages are embedded with their full text (the prompts see a capped excerpt)."""
+    """A passage is embedded as ``title + "\\n" + text``, its full text (the prompts see a capped excerpt).
+
+    The official package embeds each document string as given, and its experiment script
+    (``main.py``) gives ``f"{title}\\n{text}"`` per corpus passage: the title is part of the content."""
     return f"{element.title}\n{element.text}"
 
 

@@ -1,8 +1,9 @@
 """Query side of HippoRAG 2: fact retrieval, recognition memory, seeded personalised PageRank.
 
 1. Embed the question once; score every fact (min-max normalised cosine) and take the top 5.
-2. Recognition memory: one structured call keeps the relevant candidates (at most 4); a kept fact
-   the model rewrote is mapped back to the closest candidate string, as the official package does.
+2. Recognition memory: one structured call keeps the relevant candidates (at most 5, the official
+   ``len_after_rerank = link_top_k``); a kept fact the model rewrote is mapped back to the closest
+   candidate string, as the official package does.
 3. No fact kept (or no facts at all) -> dense passage retrieval.
 4. Otherwise seed PPR: each entity of a kept fact gets the fact's score divided by the number of
    passages mentioning the entity (averaged over its occurrences), only the 5 best entities are kept;
@@ -41,7 +42,7 @@ class FactFilter(BaseModel):
 @dataclass(frozen=True)
 class QuerySettings:
     fact_top_k: int = 5  # facts retrieved before recognition memory (official linking_top_k)
-    max_kept_facts: int = 4  # facts recognition memory may keep
+    max_kept_facts: int = 5  # facts recognition memory may keep (official len_after_rerank = link_top_k)
     link_top_k: int = 5  # entity seeds kept for PPR
     passage_node_weight: float = 0.05
     damping: float = 0.5

@@ -44,7 +44,7 @@ from sourcebench.harness.io import atomic_write_text
 from sourcebench.harness.method import Context, LearnContext, Method
 from sourcebench.harness.retrieval import per_file_cap_for
 
-from ..evidence import load_index
+from ..evidence import load_index, shared_index_deviations
 from .curator import KBCuratorConfig, train_iteration, training_order
 from .reader import answer_from_episode, run_reader
 from .store import STORE_FILE, Entry, KnowledgeStore, StoreIndex, write_store
@@ -85,6 +85,7 @@ class KBCurator(Method):
         "Writes that recite a gold answer value are refused (our guard; the paper measures such documents).",
         ("Prequential (online) evaluation continues the current store with one curation per arriving question "
          "(learn_more); the paper names the online setting but gives no procedure, and epochs apply offline only."),
+        *shared_index_deviations(),  # the store starts as the source's elements, searched as the shared index
     ]
 
     # -- learn ----------------------------------------------------------------------------------

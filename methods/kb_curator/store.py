@@ -295,9 +295,10 @@ class StoreIndex:
         docs = list(store.docs.values())
         if matrix.shape[0] != len(docs):
             raise DataError(f"{folder / VECTORS_FILE}: {matrix.shape[0]} vectors for {len(docs)} documents")
+        # ``embedder.dim`` is what the endpoint returns in this run (never a size assumed from the model's name)
         if len(docs) and matrix.shape[1] != embedder.dim:
             raise DataError(f"{folder / VECTORS_FILE}: vectors of dimension {matrix.shape[1]}, but embedder "
-                            f"{embedder.name} gives {embedder.dim}")
+                            f"{embedder.name} returns {embedder.dim} in this run; rebuild the artifact")
         vectors = {_text_key(d): v for d, v in zip(docs, matrix)}
         return cls(store, embedder, per_file_cap, vectors)
 

@@ -36,8 +36,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from sourcebench.harness.data import Answer, Evidence, Source, Task
+from sourcebench.harness.data import Answer, Evidence, Source, Task, estimate_tokens
 from sourcebench.harness.elements import disjoint_pieces
+from sourcebench.harness.embed_limits import TokenCounter
+from sourcebench.harness.embeddings import Embedder
 from sourcebench.harness.errors import DataError
 from sourcebench.harness.method import Context, LearnContext, Method
 
@@ -90,16 +92,48 @@ class RAPTORConfig(TaskTimeConfig):
 
 _SUMMARY_SYSTEM = "You condense source material into dense, faithful summaries."
 _SUMMARY_REQUEST = (
-    "Summarise the passages below in detail. Keep as many of their key details as you can: names, "
-    "relationships, numbers, dates, identifiers, definitions and steps. Add nothing that the passages "
-    "do not say.\n\nPassages:\n{text}"
+    "Summarise the passages below in detail, in at most {words} words. Keep as many of their key details "
+    "as you can: names, relationships, numbers, dates, identifiers, definitions and steps. Add nothing "
+    "that the passages do not say.\n\nPassages:\n{text}"
 )
 
 
-def summary_messages(text: str) -> list[dict[str, str]]:
-    """The cluster-summary prompt (the official one asks for a summary 'with as many key details as possible')."""
+def summary_messages(text: str, max_tokens: int = 100) -> list[dict[str, str]]:
+    """The cluster-summary prompt (the official one asks for a summary 'with as many key details as
+    possible'); it names the length (3/4 of ``max_tokens`` in words) because on a reasoning backend the
+    reply cap no longer bounds the visible summary."""
+    words = max(1, max_tokens * 3 // 4)
     return [{"role": "system", "content": _SUMMARY_SYSTEM},
-            {"role": "user", "content": _SUMMARY_REQUEST.format(text=text)}]
+            {"role": "user", "content": _SUMMARY_REQUEST.format(text=text, words=words)}]
+
+
+class _EstimateCounter(TokenCounter):
+    """The harness's estimate (characters / 4), for an embedder without a tokenizer (the hash embedder)."""
+
+    name = "characters/4"
+
+    def count(self, text: str) -> int:
+        return estimate_tokens(text)
+
+    def cut(self, text: str, n: int) -> tuple[str, int, int]:
+        total = estimate_tokens(text)
+        if total <= n:
+            return text, total, total
+        prefix = text[: 4 * n]
+        return prefix, total, estimate_tokens(prefix)
+
+
+def summary_counter(embedder: Embedder) -> TokenCounter:
+    """The tokenizer a summary is bounded by: the embedding model's (what the summary is embedded with)."""
+    limits = embedder.limits
+    return limits.counter if limits is not None else _EstimateCounter()
+
+
+def bound_summary(text: str, counter: TokenCounter, max_tokens: int) -> tuple[str, int]:
+    """``text`` cut to at most ``max_tokens`` tokens of ``counter``; also the number of tokens cut off."""
+    text = text.strip()
+    prefix, before, after = counter.cut(text, max_tokens)
+    return prefix.rstrip(), before - after
 
 
 class RAPTOR(Method):
@@ -111,7 +145,9 @@ class RAPTOR(Method):
     # 4: every k-means start single-threaded (was: as many OpenMP threads as cores, whenever scikit-learn
     #    was first loaded inside the thread limit; its centres then depend on the thread count), and
     #    ARPACK's restarts in the spectral start seeded (were unseeded: clusters changed between runs)
-    version = "4"
+    # 5: summaries asked for in at most 75 words and cut at 100 tokens of the embedding tokenizer (on a
+    #    reasoning backend the reply cap of 100 + the reasoning allowance left them unbounded)
+    version = "5"
     Config = RAPTORConfig
     uses_guidance = False
     description = "tree of recursive cluster summaries (UMAP + GMM); top 10 nodes of all layers within 3,500 tokens"
@@ -132,6 +168,11 @@ class RAPTOR(Method):
         ("the k-means start of every mixture runs on one thread (official: scikit-learn's default, one per core; "
          "its centres depend on the thread count in the last bits, so the clusters could differ between machines)"),
         "a failed (or empty) summary call makes no node: it is recorded in tree.json, never embedded as text",
+        ("a summary is bounded by summary_max_tokens (100) on every backend: the prompt asks for at most 75 "
+         "words and the reply is cut at 100 tokens of the embedding model's tokenizer (characters / 4 for the "
+         "hash embedder), the summaries cut and tokens dropped recorded in tree.json and the build stats "
+         "(official: max_tokens=100 of a non-reasoning model's own tokens; a reasoning backend is sent 100 plus "
+         "the reasoning allowance, which alone no longer bounds the visible summary)"),
         ("sentences keep their punctuation and line breaks; an over-long sentence is cut at ,;: then whitespace "
          "then characters so no leaf exceeds 100 tokens"),
         "retrieved nodes go to the shared answer prompt as separate evidence items, not one concatenated context",
@@ -147,20 +188,33 @@ class RAPTOR(Method):
         chunks = leaf_chunks(source, cfg.chunk_tokens)
         ctx.progress(f"RAPTOR: {len(chunks)} leaf chunks from {len(source.elements)} elements")
 
+        counter = summary_counter(ctx.embedder)
+        cuts: list[int] = []  # tokens cut off each summary that was over the bound
+
         async def summarise(text: str) -> SummaryOutcome:
-            res = await ctx.llm.generate(summary_messages(text), stage="summarise", max_tokens=cfg.summary_max_tokens)
-            return SummaryOutcome(error=res.error or "failed call") if res.failed else SummaryOutcome(res.text)
+            res = await ctx.llm.generate(summary_messages(text, cfg.summary_max_tokens), stage="summarise",
+                                         max_tokens=cfg.summary_max_tokens)
+            if res.failed:
+                return SummaryOutcome(error=res.error or "failed call")
+            visible, cut = bound_summary(res.text, counter, cfg.summary_max_tokens)
+            if cut:
+                cuts.append(cut)
+            return SummaryOutcome(visible)
 
         t0 = time.perf_counter()
         tree = await build_tree(chunks, {e.id: e.title for e in source.elements}, ctx.embedder, summarise,
                                 cfg.cluster_params(), cfg.num_layers, ctx.progress)
-        tree.metadata = {"source": source.id, "source_fingerprint": source.fingerprint, "config": cfg.model_dump()}
+        summary_cuts = {"tokenizer": counter.name, "max_tokens": cfg.summary_max_tokens,
+                        "summaries_cut": len(cuts), "tokens_cut": sum(cuts)}
+        tree.metadata = {"source": source.id, "source_fingerprint": source.fingerprint, "config": cfg.model_dump(),
+                         "summary_cuts": summary_cuts}
         tree.save(ctx.workdir)
         return {
             "n_chunks": len(chunks),
             "n_nodes": len(tree.nodes),
             "layer_counts": tree.layer_counts,
             "failed_summaries": len(tree.failed_summaries),
+            "summary_cuts": summary_cuts,  # visible summaries cut to summary_max_tokens, and tokens dropped
             "build_seconds": round(time.perf_counter() - t0, 3),
             # build health (harness/health.py): summaries written of those attempted
             "health": {"lost": {"RAPTOR summaries written": {

@@ -27,7 +27,7 @@ from sourcebench.harness.data import Answer, Source, Task
 from sourcebench.harness.errors import ConfigError
 from sourcebench.harness.method import Context, LearnContext, Method, MethodConfig
 
-from ..evidence import TOP_K, load_index, retrieve
+from ..evidence import TOP_K, load_index, retrieve, shared_index_deviations
 from .admission import update
 from .atomise import atomise_claims
 from .calls import bounded_map
@@ -110,6 +110,7 @@ class RIKA(Method):
         "Claims reach the shared answer prompt as notes (no agent loop or system-prompt injection).",
         ("Reply schemas bound what a constrained decoder may write (claims and spans 300 characters, 12 claims "
          "per extraction, 4 spans, 8 atoms) so a small model cannot loop to max_tokens; the paper sets none."),
+        *shared_index_deviations(),  # its observations are the shared index's top 8
     ]
 
     # -- learn ----------------------------------------------------------------------------------

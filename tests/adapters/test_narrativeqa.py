@@ -165,3 +165,35 @@ def test_a_snapshot_that_cannot_be_saved_is_logged_and_the_run_goes_on(tmp_path,
     with caplog.at_level("WARNING", logger="sourcebench.adapters.narrativeqa"):
         assert b.source_ids() == ["breakfast_club", "call_of_the_wild"]
     assert "could not save the streamed rows" in caplog.text
+
+
+def _long_book(tmp_path: Path) -> NarrativeQA:
+    """One book of three 6,000-character chapters, each paragraph naming its own rare word."""
+    paras = []
+    for ch in ("I", "II", "III"):
+        paras.append(f"CHAPTER {ch}")
+        for i in range(20):
+            paras.append(f"Paragraph {ch}.{i} tells how the sled crossed the ice near the camp word{ch}x{i}. " * 3)
+    text = "\n\n".join(paras)
+    row = {"document": {"id": "b" * 40, "kind": "gutenberg", "url": "", "start": "CHAPTER I", "end": "",
+                        "text": text, "summary": {"title": "Long Book"}},
+           "question": {"text": "Where did the sled cross?"}, "answers": [{"text": "the ice"}]}
+    (tmp_path / "narrativeqa").mkdir()
+    (tmp_path / "narrativeqa" / "narrativeqa_test.jsonl").write_text(json.dumps(row) + "\n")
+    return NarrativeQA(data_dir=tmp_path, options={"stories": "b" * 40})
+
+
+def test_a_storys_last_paragraph_is_reachable_through_the_index(tmp_path):
+    """Sections are no longer than what the shared index indexes and a solver is shown (1,200 characters),
+    so every paragraph, the last one included, can be retrieved and is shown whole."""
+    from sourcebench.harness.embeddings import HashEmbedder
+    from sourcebench.harness.retrieval import EXCERPT_CHARS, HybridIndex, index_text
+
+    src = _long_book(tmp_path).load_source("b" * 40)
+    assert max(len(e.text) for e in src.elements) <= EXCERPT_CHARS
+    indexed = "\n".join(index_text(e) for e in src.elements)
+    last = "Paragraph III.19 tells how the sled crossed the ice near the camp wordIIIx19."
+    for ch, n in (("I", 20), ("II", 20), ("III", 20)):  # every paragraph of every chapter is indexed
+        assert all(f"word{ch}x{i}." in indexed for i in range(n))
+    hits = HybridIndex(src.elements, HashEmbedder()).search("wordIIIx19", k=8)
+    assert hits and last in hits[0].text and not hits[0].text.endswith(" ...")  # retrieved and shown whole

@@ -173,7 +173,8 @@ def test_get_embedder_hash_and_cache(tmp_path):
 def test_get_embedder_openai_spec(tmp_path, monkeypatch):
     monkeypatch.delenv(E.EMBED_BASE_URL_ENV, raising=False)
     e = E.get_embedder("openai/text-embedding-3-large", tmp_path)
-    assert isinstance(e, E.CachedEmbedder) and e.name == "openai/text-embedding-3-large" and e.dim == 3072
+    assert isinstance(e, E.CachedEmbedder) and e.name == "openai/text-embedding-3-large"
+    assert e.inner._dim is None  # not assumed from the name: the endpoint says (a `dimensions` setting may differ)
     monkeypatch.setenv(E.EMBED_BASE_URL_ENV, "http://127.0.0.1:9/v1")
     assert E.get_embedder("openai/nomic", None).base_url == "http://127.0.0.1:9/v1"
 
@@ -577,3 +578,50 @@ def test_hipporag2_graph_and_index_build_on_a_limit_enforcing_api(fake_api, tmp_
     assert emb.stats.cut_inputs == 1 and max(max(r) for r in fake_api.requests) == 8191
     index = HybridIndex(elements, emb)
     assert index.embeddings.shape == (2, FAKE_DIM) and not fake_api.rejected
+
+
+class _SizedClient:
+    """A fake OpenAI client whose vectors have ``size`` dimensions (changeable between calls)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        client = self
+
+        class Embeddings:
+            def create(self, model, input):
+                data = [type("D", (), {"index": i, "embedding": [1.0] + [0.0] * (client.size - 1)})()
+                        for i, _ in enumerate(input)]
+                return type("R", (), {"data": data})()
+
+        self.embeddings = Embeddings()
+
+
+def test_openai_dimension_is_what_the_endpoint_returns_not_the_models_native_size():
+    e = E.OpenAIEmbedder("text-embedding-3-large", base_url="http://x/v1")
+    e._client = _SizedClient(256)  # a `dimensions` setting or a compatible server: 256, not 3,072
+    assert e.embed(["a", "b"]).shape == (2, 256) and e.dim == 256
+
+
+def test_openai_dimension_changing_within_a_run_fails_with_one_clear_line():
+    e = E.OpenAIEmbedder("text-embedding-3-large", base_url="http://x/v1")
+    e._client = _SizedClient(256)
+    e.embed(["a"])
+    e._client.size = 3072
+    with pytest.raises(ModelUnavailableError) as ei:
+        e.embed(["b"])
+    msg = str(ei.value)
+    assert "dimension 3072 after 256" in msg and "openai/text-embedding-3-large" in msg and "\n" not in msg
+
+
+def test_cached_vectors_of_another_size_than_fresh_ones_fail_with_one_clear_line(tmp_path):
+    cache = E.EmbeddingCache(tmp_path / "embeddings.sqlite")
+    inner = E.OpenAIEmbedder("text-embedding-3-large", base_url="http://x/v1")
+    inner._client = _SizedClient(3072)
+    E.CachedEmbedder(inner, cache).embed(["old"])  # an earlier run at 3,072
+    inner2 = E.OpenAIEmbedder("text-embedding-3-large", base_url="http://x/v1")
+    inner2._client = _SizedClient(256)
+    emb = E.CachedEmbedder(inner2, cache)
+    assert emb.embed(["new"]).shape == (1, 256) and emb.dim == 256
+    with pytest.raises(ModelUnavailableError) as ei:
+        emb.embed(["old", "new"])
+    assert "3072" in str(ei.value) and "256" in str(ei.value) and "\n" not in str(ei.value)

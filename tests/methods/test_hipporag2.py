@@ -23,7 +23,13 @@ from sourcebench.harness.providers import scripted
 from sourcebench.methods.evidence import context_key, prompt_tokens
 from sourcebench.methods.hipporag2 import HippoRAG2
 from sourcebench.methods.hipporag2.artifact import load_graph
-from sourcebench.methods.hipporag2.graph import build_graph, combine_edges, synonym_eligible, synonym_links
+from sourcebench.methods.hipporag2.graph import (
+    build_graph,
+    combine_edges,
+    passage_embed_text,
+    synonym_eligible,
+    synonym_links,
+)
 from sourcebench.methods.hipporag2.openie import extract_all, normalise
 from sourcebench.methods.hipporag2.retrieve import HippoRetriever, QuerySettings, recognise
 
@@ -431,3 +437,22 @@ def test_load_rejects_a_changed_source(tmp_path):
     _, tctx2, _ = contexts(tmp_path, embedder=HashEmbedder(dim=64))
     with pytest.raises(DataError, match="embedder"):
         method.load(lctx.workdir, tctx2)
+
+
+def test_recognition_memory_keeps_up_to_five_facts_as_the_official_link_top_k(tmp_path):
+    """Official ``rerank_filter(..., len_after_rerank=link_top_k)`` with ``link_top_k`` 5: all 5 candidates
+    may be kept (the filter prompt says so, and nothing after it drops the fifth)."""
+    assert HippoRAG2().config.max_kept_facts == 5 and QuerySettings().max_kept_facts == 5
+    _, tctx, _ = contexts(tmp_path)
+    cands = [FOUNDED, ("bob jones", "works at", "acme corp"), ("bob jones", "lives in", "paris"),
+             ("zeta", "makes", "widgets"), ("paris", "is in", "france")]
+    scripted.set_script(script([list(c) for c in cands]))
+    got = asyncio.run(recognise(tctx.llm, QUESTION, cands, HippoRAG2()._settings().max_kept_facts))
+    assert got == [0, 1, 2, 3, 4]
+    assert "at most 5 facts" in scripted.CALLS[-1]["messages"][0]["content"]
+
+
+def test_passages_are_embedded_as_the_official_experiments_give_them_title_then_text():
+    """The official package embeds each document string as given; its ``main.py`` passes
+    ``f"{title}\\n{text}"`` for every corpus passage, so the title stays in the embedded content."""
+    assert passage_embed_text(P2) == "Bob / Home\nBob Jones lives in Paris with his cat."

@@ -385,3 +385,27 @@ def test_learn_more_curates_the_current_store_once_per_new_question(tmp_path):
     assert len(new.store.docs) == n_docs + 1 and "kb:0001" in new.store  # built on the store it was given
     assert state.store.to_json() == before and len(state.store.docs) == n_docs  # the given state is unchanged
     assert method.load(more_dir, tctx).store.docs.keys() == new.store.docs.keys()  # and the new one is saved
+
+
+def test_an_endpoint_serving_256_dimension_vectors_for_text_embedding_3_large_builds_and_answers(
+        tmp_path, api_env, monkeypatch):
+    """The stored vectors are compared with what the endpoint returns, not with the model's native 3,072."""
+    from sourcebench.harness.embeddings import get_embedder
+    from tests.backends import api_server as backend
+
+    monkeypatch.setitem(backend.EMBED_DIMS, "text-embedding-3-large", 256)  # as a `dimensions` setting would
+    emb = get_embedder("openai/text-embedding-3-large", tmp_path / "cache")
+    scripted.set_script(router(curator=build_index_curator))
+    method = KBCurator({"epochs": 1})
+    lctx, tctx, _ = contexts(tmp_path)
+    lctx, tctx = dataclasses.replace(lctx, embedder=emb), dataclasses.replace(tctx, embedder=emb)
+    asyncio.run(method.learn(SOURCE, [CHESS], lctx))
+    state = method.load(lctx.workdir, tctx)  # was: "vectors of dimension 256, but embedder ... gives 3072"
+
+    def reader(n, prompt):
+        return [act("search", query="people whose hobby is chess"), act("answer")][n]
+
+    scripted.set_script(router(reader=reader))
+    ans = asyncio.run(method.answer(TEST, state, tctx))
+    assert not ans.failed and ans.evidence_ids and emb.dim == 256
+    assert {c["dimensions"] for c in api_env.stats()["calls"] if c["endpoint"] == "embeddings"} == {256}

@@ -592,3 +592,33 @@ def test_umap_spectral_start_is_reproducible_on_a_regular_component():
     with seeded_arpack_restarts(224):
         runs = [start() for _ in range(4)]
     assert all(np.array_equal(runs[0], r) for r in runs[1:])
+
+
+def test_visible_summaries_stay_within_100_tokens_on_the_reasoning_backend(tmp_path, monkeypatch, api_env):
+    """On a reasoning backend the cap sent is 100 + the reasoning allowance, so the reply is cut here:
+    every summary node is at most 100 tokens of the embedding model's tokenizer (cl100k_base for
+    text-embedding-3-large), and the cuts are recorded."""
+    from sourcebench.harness.embeddings import get_embedder
+
+    monkeypatch.setattr(tree_mod, "cluster_nodes", fixed_groups(3))
+    source = make_source(12)
+    emb = get_embedder("openai/text-embedding-3-large", None)
+    spec = ModelSpec(name="openai-api/testapi/gpt-oss-120b", max_tokens=512, reasoning_effort="medium",
+                     reasoning_tokens=4000)
+    llm = LLM(spec, CallCache(tmp_path / "calls.sqlite"), UsageLedger())
+    workdir = tmp_path / "artifact"
+    workdir.mkdir()
+    lctx = LearnContext(llm=llm.bind("raptor", "learn"), workdir=workdir, source=source, benchmark=ToyBench(),
+                        embedder=emb, store=ArtifactStore(tmp_path / "store"))
+    stats = asyncio.run(RAPTOR().learn(source, [], lctx))
+    tree = Tree.load(workdir)
+    summaries = [n for n in tree.nodes if n.layer > 0]
+    counter = emb.limits.counter
+    assert summaries and stats["failed_summaries"] == 0
+    assert max(counter.count(n.text) for n in summaries) <= 100
+    cuts = stats["summary_cuts"]
+    assert cuts == tree.metadata["summary_cuts"] and cuts["tokenizer"] == counter.name
+    assert cuts["summaries_cut"] >= 1 and cuts["tokens_cut"] > 0  # the backend wrote more than 100
+    sent = [c for c in api_env.stats()["calls"] if c["endpoint"] != "embeddings"]
+    assert sent and all(c["reasoning_tokens"] > 0 and c["cap"] > 100 for c in sent)  # the cap alone did not bound it
+    assert max(c["visible_tokens"] for c in sent) > 100
