@@ -84,7 +84,7 @@ def study_plan(n: int) -> type[StudyPlan]:
     """The reply schema for a round of 1 to ``n`` actions, each DEEPEN with one key or CONNECT with
     two. Without these bounds SmolLM2 listed actions until ``max_tokens`` cut the JSON, its only
     valid reply was three CONNECTs with one entity each, and once bounded it answered with no
-    action at all; the loop still stops after ``empty_rounds_stop`` rounds without a valid new one."""
+    action at all; the loop still stops after ``empty_rounds_stop`` consecutive rounds without a valid new one."""
     bounds = {"minItems": 1, "maxItems": max(1, n)}  # a round plans at least one action (the cycle's budget is K)
     return create_model(f"StudyPlan{n}", __base__=StudyPlan,
                         actions=(Annotated[list[_Deepen | _Connect], Field(json_schema_extra=bounds)],
