@@ -110,6 +110,7 @@ PLAN_SYSTEM = (
 DIGEST_CHARS = 60_000  # STUDY_DIGEST_CHARS: the observation digest shown to the planner
 DIGEST_NOTES = 3  # observations shown per entity in the digest (official STUDY_DIGEST_OBS)
 CROSS_UNITS = 60  # existing cross-entity units shown to the planner (official)
+NAMED_REST = 80  # entities beyond the digest's size named by key (official)
 CROSS_ROLES = frozenset(("relation", "pattern", "mechanism", "distinction", "exception"))
 
 
@@ -187,9 +188,10 @@ def plan_messages(sm: SourceModel, notes: list[Note], taken: list[Action], n: in
         lines.append(line)
         shown.append(e.key)
         spent += len(line)
-    if rest:
-        lines.append(f"- ({len(rest)} more entities not shown: " + ", ".join(rest[:80])
-                     + (", ..." if len(rest) > 80 else "") + ")")
+    if rest:  # named so that the planner knows they exist, and may choose one
+        lines.append(f"- ({len(rest)} more entities not shown: " + ", ".join(rest[:NAMED_REST])
+                     + (", ..." if len(rest) > NAMED_REST else "") + ")")
+        shown += rest[:NAMED_REST]
     cross = fit((f"- ({u.scope.kind}: {', '.join(u.scope.keys)}) {u.statement[:160]}"
                  for u in cross_entity_units(sm)[:CROSS_UNITS]), budget // 8)
     history = fit([f"- {a.render()}: {a.question}" for a in taken], budget // 8)

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from sourcebench.harness.data import Source, normalise_ws
+from sourcebench.harness.schema_limits import bounded_list
 
 from ..learn_retrieval import EXCERPT_CHARS
 from ..model import Ids, SourceModel, Statement, Unit
@@ -50,7 +51,7 @@ LESSON_TRIES = 2  # the lesson, then one retry that says why it was refused
 CANDIDATE_UNITS = 40  # units the claim-status check sees per task (official CANDIDATE_UNITS)
 NEAREST_UNITS = 8  # of which the nearest by content, whatever they are about (official)
 STATUS_MAX_TOKENS = 600
-STATUSES = ("represented", "in the model", "missing")
+LESSON_EXCERPT_CHARS = 1_500  # characters of each needed claim's excerpt the lesson prompt shows (official)
 LessonKind = Literal["preserve", "granularity", "distinguish", "relate", "condition"]
 
 # -- identifiers ---------------------------------------------------------------------------------
@@ -149,7 +150,7 @@ class ClaimHolders(BaseModel):
 
 
 class StatusReply(BaseModel):
-    claims: list[ClaimHolders] = Field(default_factory=list)
+    claims: bounded_list(ClaimHolders, 12) = Field(default_factory=list)  # one per needed claim (at most 4)
 
 
 STATUS_SYSTEM = (
@@ -223,8 +224,9 @@ LESSON_SYSTEM = (
 
 
 def evidence_ids(needs: TaskNeeds) -> list[str]:
-    """The task's evidence: the elements its needed claims cite, then the other supporting ones."""
-    return list(dict.fromkeys([i for c in needs.claims for i in c.evidence_ids] + list(needs.support_ids)))
+    """The task's evidence as the lesson sees it: the elements its needed claims cite (official: the needed
+    claims' excerpts only, not every excerpt that supports the reference)."""
+    return list(dict.fromkeys(i for c in needs.claims for i in c.evidence_ids))
 
 
 def task_identifiers(needs: TaskNeeds, source: Source) -> frozenset[str]:
@@ -241,7 +243,7 @@ def lesson_messages(needs: TaskNeeds, units: list[Unit], source: Source, solved:
     status += ["not checked"] * (len(needs.claims) - len(status))
     claims = "\n".join(f"- {c.text} (evidence: {', '.join(c.evidence_ids)}; in the model: {st})"
                        for c, st in zip(needs.claims, status)) or "(none)"
-    ev = fit(excerpt_blocks(source, evidence_ids(needs), max_chars=EXCERPT_CHARS), budget // 2)
+    ev = fit(excerpt_blocks(source, evidence_ids(needs), max_chars=LESSON_EXCERPT_CHARS), budget // 2)
     ul = fit((unit_line(u) for u in units), budget // 3)
     user = (f"Task: {needs.question.strip()}\n\nWhat it needed from the source:\n{claims}\n\nSupporting excerpts:\n"
             + ("\n\n".join(ev) or "(none)") + "\n\nModel units available about it:\n" + ("\n".join(ul) or "(none)")

@@ -415,6 +415,13 @@ def test_guidance_tasks_form_a_chain_each_seeing_the_units_its_predecessors_adde
     assert not [i for i in writes if answers[1] < i < answers[2]
                 and "mother of Alice is Carol" in scripted.CALLS[i]["messages"][-1]["content"]
                 and "TARGETS" in scripted.CALLS[i]["messages"][-1]["content"]]
+    # each task's lesson calls fall between its own answer and the next task's
+    bounds = [*answers, len(scripted.CALLS)]
+    order = [t for t in CLAIMS]
+    for i, c in enumerate(scripted.CALLS):
+        if c["schema"] and frozenset(c["schema"].get("properties", {})) == LESSON:
+            k = order.index(topic("\n".join(m["content"] for m in c["messages"])))
+            assert bounds[k] < i < bounds[k + 1]
 
 
 def test_claim_status_tells_represented_in_the_model_and_missing(tmp_path):
