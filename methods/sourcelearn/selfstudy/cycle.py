@@ -25,8 +25,8 @@ from ..model import SourceModel, Unit
 from ..rewrite import Note, RewriteSpec, RewriteStats, gate_summary, units_by_entity
 from .consolidate import consolidate
 from .observe import observe
-from .plan import Action, plan_round
-from .study import NEAREST, nearest_units, study
+from .plan import Action, entity_sizes, entity_unit_counts, plan_round
+from .study import NEAREST, NearestIndex, study
 
 REGIONAL_UNITS = 20  # regional units of an inspected entity's region shown besides its own (official)
 
@@ -57,8 +57,7 @@ class CycleStats:
         return dict(self.__dict__)
 
 
-def inspection_units(sm: SourceModel, source: Source, cfg_units: dict[str, list[Unit]],
-                     words: dict[str, set[str]]) -> dict[str, list[Unit]]:
+def inspection_units(sm: SourceModel, source: Source, own: dict[str, list[Unit]]) -> dict[str, list[Unit]]:
     """The units each entity is inspected against (official ``family_units`` + ``relevant_units``): its own
     units and those anchored in its text, then up to ``REGIONAL_UNITS`` other regional units of its region,
     then the ``NEAREST`` units nearest its name."""
@@ -73,15 +72,16 @@ def inspection_units(sm: SourceModel, source: Source, cfg_units: dict[str, list[
             for r in dict.fromkeys(u.scope.keys):
                 regional.setdefault(r, []).append(u)
     out: dict[str, list[Unit]] = {}
+    index = NearestIndex(sm)
     for ent in sm.entities:
-        picked: dict[str, Unit] = {u.id: u for u in cfg_units.get(ent.key, [])}
+        picked: dict[str, Unit] = {u.id: u for u in own.get(ent.key, [])}
         for i in ent.element_ids:
             for u in by_element.get(i, []):
                 picked.setdefault(u.id, u)
         extra = [u for u in regional.get(ent.region, []) if u.id not in picked][:REGIONAL_UNITS]
         for u in extra:
             picked[u.id] = u
-        near = nearest_units(sm, ent.name.replace("_", " "), NEAREST, set(picked), words)
+        near = index.nearest(ent.name.replace("_", " "), NEAREST, set(picked))
         out[ent.key] = list(picked.values()) + near
     return out
 
@@ -96,7 +96,7 @@ async def inspect_entities(llm: BoundLLM, sm: SourceModel, source: Source, cfg: 
     if mode == "policy":
         shown = {e.key: by_entity.get(e.key, []) for e in sm.entities}
     else:
-        shown = inspection_units(sm, source, by_entity, {})
+        shown = inspection_units(sm, source, by_entity)
 
     async def one(ent) -> list[Note] | None:
         async with sem:
@@ -118,22 +118,18 @@ async def study_rounds(llm: BoundLLM, index: HybridIndex, sm: SourceModel, sourc
     empty = 0
     sem = asyncio.Semaphore(max(1, cfg.concurrency))
 
-    words: dict[str, set[str]] = {}  # content words by unit id, shared by the round's nearest-unit look-ups
-    counts: dict[str, int] = {}
-    for u in sm.units:  # units per entity, for the digest (the model does not change during the rounds)
-        if u.scope.kind in ("entity", "pair") and u.role not in ("map", "card"):
-            for k in dict.fromkeys(u.scope.keys):
-                counts[k] = counts.get(k, 0) + 1
+    nearest = NearestIndex(sm)  # the model does not change during the rounds
+    counts, sizes = entity_unit_counts(sm), entity_sizes(sm, source)  # for the planner's digest
 
     async def run(a: Action, seen: list[Note]) -> list[Note] | None:
         async with sem:
-            return await study(llm, index, sm, source, a, cfg, stage="ms_study", notes=seen, words=words)
+            return await study(llm, index, sm, source, a, cfg, stage="ms_study", notes=seen, nearest=nearest)
 
     refused: list[str] = []
     while len(taken) < cfg.study_actions and empty < cfg.empty_rounds_stop:
         n = min(cfg.actions_per_round, cfg.study_actions - len(taken))
         stats.rounds += 1
-        planned = await plan_round(llm, sm, notes, taken, n, stage="ms_plan", refused=refused, source=source,
+        planned = await plan_round(llm, sm, notes, taken, n, stage="ms_plan", refused=refused, sizes=sizes,
                                    unit_counts=counts)
         actions = planned.actions
         if not actions:

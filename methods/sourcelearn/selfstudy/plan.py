@@ -123,28 +123,35 @@ class DigestEntry:
     notes: list[tuple[int, Note]]  # (number, note) of the notes about it, in order
 
 
-def digest_entries(sm: SourceModel, notes: list[Note], source: Source | None = None,
-                   unit_counts: dict[str, int] | None = None) -> list[DigestEntry]:
+def entity_sizes(sm: SourceModel, source: Source) -> dict[str, int]:
+    """Characters of source text per entity (what the digest calls its source size)."""
+    out: dict[str, int] = {}
+    for e in sm.entities:
+        out[e.key] = sum(len(el.text) for el in (source.element(i) for i in e.element_ids) if el is not None)
+    return out
+
+
+def entity_unit_counts(sm: SourceModel) -> dict[str, int]:
+    """Units about each entity (its own and the relations it takes part in; maps and cards aside)."""
+    counts: dict[str, int] = {}
+    for u in sm.units:
+        if u.scope.kind in ("entity", "pair") and u.role not in ("map", "card"):
+            for k in dict.fromkeys(u.scope.keys):
+                counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+def digest_entries(sm: SourceModel, notes: list[Note], sizes: dict[str, int],
+                   unit_counts: dict[str, int]) -> list[DigestEntry]:
     """One entry per entity of the model or of a note, busiest first (most observations, then key)."""
-    ents = {e.key: e for e in sm.entities}
+    region = {e.key: e.region for e in sm.entities}
     by_ent: dict[str, list[tuple[int, Note]]] = {}
     for i, n in enumerate(notes, 1):
         for k in dict.fromkeys(n.entities):
             by_ent.setdefault(k, []).append((i, n))
-    counts = unit_counts if unit_counts is not None else {}
-    if unit_counts is None:
-        for u in sm.units:
-            if u.scope.kind in ("entity", "pair") and u.role not in ("map", "card"):
-                for k in dict.fromkeys(u.scope.keys):
-                    counts[k] = counts.get(k, 0) + 1
-
-    def chars(key: str) -> int:
-        if source is None or key not in ents:
-            return 0
-        return sum(len(el.text) for el in (source.element(i) for i in ents[key].element_ids) if el is not None)
-
-    keys = sorted(set(ents) | set(by_ent), key=lambda k: (-len(by_ent.get(k, [])), k))
-    return [DigestEntry(k, ents[k].region if k in ents else "?", counts.get(k, 0), chars(k), by_ent.get(k, []))
+    n_notes = {k: len(v) for k, v in by_ent.items()}
+    keys = sorted(set(region) | set(by_ent), key=lambda k: (-n_notes.get(k, 0), k))
+    return [DigestEntry(k, region.get(k, "?"), unit_counts.get(k, 0), sizes.get(k, 0), by_ent.get(k, []))
             for k in keys]
 
 
@@ -167,14 +174,16 @@ def cross_entity_units(sm: SourceModel) -> list[Unit]:
 
 
 def plan_messages(sm: SourceModel, notes: list[Note], taken: list[Action], n: int,
-                  budget: int, refused: list[str] | None = None, source: Source | None = None,
+                  budget: int, refused: list[str] | None = None, sizes: dict[str, int] | None = None,
                   unit_counts: dict[str, int] | None = None) -> tuple[list[dict[str, str]], list[str]]:
     """The planner's prompt and the entity keys it lists (as many as fit). The prompt is the official
     digest: per entity its region, units, source size and first ``DIGEST_NOTES`` observations (numbered),
     busiest entities first, within ``DIGEST_CHARS``; the entities left out are named. Then the model's
     cross-entity units and the actions taken. ``refused``: the renderings of the previous round's
-    proposals, all refused; that round's prompt also lists the studied entities after the others."""
-    entries = digest_entries(sm, notes, source, unit_counts)
+    proposals, all refused; that round's prompt also lists the studied entities after the others.
+    ``sizes``: ``entity_sizes`` (0 when not given); ``unit_counts``: ``entity_unit_counts``, computed once per
+    cycle by the caller (the model does not change while it plans)."""
+    entries = digest_entries(sm, notes, sizes or {}, entity_unit_counts(sm) if unit_counts is None else unit_counts)
     if refused:
         studied = {k for a in taken for k in a.entities}
         entries = [e for e in entries if e.key not in studied] + [e for e in entries if e.key in studied]
@@ -237,11 +246,11 @@ class PlanRound:
 
 
 async def plan_round(llm: BoundLLM, sm: SourceModel, notes: list[Note], taken: list[Action], n: int,
-                     stage: str, refused: list[str] | None = None, source: Source | None = None,
+                     stage: str, refused: list[str] | None = None, sizes: dict[str, int] | None = None,
                      unit_counts: dict[str, int] | None = None) -> PlanRound:
     """One planning round: up to ``n`` new actions (none if none survive, or if the call failed)."""
     budget = material_chars(llm, PLAN_MAX_TOKENS)
-    messages, shown = plan_messages(sm, notes, taken, n, budget, refused, source, unit_counts)
+    messages, shown = plan_messages(sm, notes, taken, n, budget, refused, sizes, unit_counts)
     # entity keys limited to those listed: a constrained decoder cannot invent one (SmolLM2 wrote
     # numbers such as "1.203985674" for every key without it, so no action survived validation)
     res = await llm.structured(messages, study_plan(n), stage=stage, max_tokens=PLAN_MAX_TOKENS,
