@@ -4,9 +4,9 @@ Every task is diagnosed first (the only use of its reference; concurrently, as t
 cache is built). Then one pass over the tasks in their given order, a chain: each task is answered
 with the normal task-time interface against the model its predecessors left, judged, its needed
 claims checked against that model (``claim_status``, with ``cross``), it may yield one lesson, and
-a failure refines the model (``local``) before the next task starts. Only calls inside one task run
-concurrently (none do today), never two tasks. Finally the lessons are aggregated into Pi1 and the
-model is recalibrated under it.
+a failure refines the model (``local``) before the next task starts. No two tasks are ever in
+flight (``cfg.concurrency`` applies within a stage's calls, such as diagnosis and the refinement's
+grounding). Finally the lessons are aggregated into Pi1 and the model is recalibrated under it.
 
 An empty Pi1 (no preference reached ``min_policy_support``): the official pipeline builds no MT for
 the seed and evaluates nothing. Here the model task learning reached (M_local; MS without local
