@@ -18,7 +18,7 @@ class SourceLearnConfig(TaskTimeConfig):
     cycles: int = 1  # Inspect-Study-Consolidate cycles of self-directed learning
     study_actions: int = 20  # K: study actions per cycle
     actions_per_round: int = 5  # actions proposed per planning round
-    empty_rounds_stop: int = 2  # stop planning after this many rounds with no new action
+    empty_rounds_stop: int = 2  # stop planning after this many consecutive rounds with no new action
     max_per_slot: int = 6  # at most this many items per reading slot of an entity (prompt and reply schema)
     prototype_min_entities: int = 3  # folding: a shared value needs this many entities ...
     prototype_min_share: float = 0.6  # ... and this share of the region's entities that have the attribute

@@ -5,7 +5,9 @@ every variant of a source), so study and diagnosis retrieve with the official le
 ``SourceLearnConfig`` (``deepen_k``, ``connect_k``, ``task_evidence_k``, ``inspect_*``, ``code_*``), as the
 official ``inspect_source`` does:
 
-* tiers: ``inspect_cand_mult`` x k candidates of the Hybrid RAG ranking (per-file cap for code); the
+* tiers: ``inspect_cand_mult`` x k candidates of the Hybrid RAG ranking, at most ``per_file_cap`` per
+  file (self-study: ``PER_FILE_CAP`` for every source, as the official self-study retriever; diagnosis:
+  the task retriever's cap, 3 for code and none for documents); the
   first tier whose files hold at least ``inspect_min_hits`` of the candidates supplies the best k of
   those (tier ``hint``: the files a guidance task's labels or reference point to; tier ``scoped``: the
   files of the entities a study action names); otherwise the best k of all candidates (``global``);
@@ -33,6 +35,7 @@ from sourcebench.methods.evidence import gold_document_elements
 if TYPE_CHECKING:
     from .config import SourceLearnConfig
 
+PER_FILE_CAP = 3  # the official retriever's default cap, which self-study uses for every source (retrieval.py)
 EXCERPT_CHARS = 1200  # a hit that is not expanded shows its retrieval excerpt (official element excerpt)
 WINDOW_CHARS = 16_000  # one symbol's window (official entity-centred window cap)
 _PATH = re.compile(r"[\w./-]+\.(?:py|md|rst|txt)(?::\d+(?:-\d+)?)?")  # file paths a reference may name
@@ -82,13 +85,15 @@ def _stem(path: str) -> str:
 
 def tiered_search(index: HybridIndex, source: Source, query: str, k: int, cfg: SourceLearnConfig, *,
                   hint: frozenset[str] | set[str] = frozenset(),
-                  scoped: frozenset[str] | set[str] = frozenset()) -> Found:
+                  scoped: frozenset[str] | set[str] = frozenset(), per_file_cap: int | None | str = "source") -> Found:
     """The best ``k`` elements of the first tier that holds ``inspect_min_hits`` candidates, with their
-    shown text (code windows expanded). ``hint`` and ``scoped`` are sets of file paths."""
+    shown text (code windows expanded). ``hint`` and ``scoped`` are sets of file paths; ``per_file_cap``:
+    hits per file, "source" for the source kind's task-time cap (``per_file_cap_for``)."""
     if k <= 0:
         return Found([], "global")
     n = max(1, cfg.inspect_cand_mult * k)
-    cands = index.search(query, k=n, per_file_cap=per_file_cap_for(source.kind),
+    cap = per_file_cap_for(source.kind) if per_file_cap == "source" else per_file_cap
+    cands = index.search(query, k=n, per_file_cap=cap,  # type: ignore[arg-type]
                          candidates=max(DEFAULT_CANDIDATES, n))
     els = [(c.element_id, source.element(c.element_id)) for c in cands]
     els = [(i, e) for i, e in els if e is not None]

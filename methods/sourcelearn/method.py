@@ -65,8 +65,10 @@ __all__ = [
 # consolidation 1,500 and 60,000 per rewrite) and rewrite capacity (60 units of 400 characters)
 # construct 6: folding's share over the entities that state the attribute; self-study 10: learning-time
 # retrieval (tiers, code windows, DEEPEN 12 / CONNECT 10), 3 observations per question, the structure gate
+# self-study 11: two consecutive idle rounds stop the study, the planner's per-entity digest and cross-entity
+# units, the official units shown to inspection and study, a per-file cap of 3 on every source's study retrieval
 CONSTRUCT_VERSION = "6"
-SELFSTUDY_VERSION = "10"
+SELFSTUDY_VERSION = "11"
 MODEL_FILE = "model.json"
 STATS_FILE = "stats.json"
 
@@ -89,8 +91,18 @@ DEVIATIONS = [
      "solver's own tokens when its provider counts them exactly (local models), else chars / 4."),
     "If the router call fails, regions are ordered by word overlap between the question and routing cards.",
     ("Self-study planning: after a round whose proposals were all refused (repeats, unknown keys), the next round "
-     "is told which were refused and lists already-studied entities last; with greedy decoding the unchanged "
-     "prompt would repeat the refused reply and end the cycle early."),
+     "is told which were refused and lists already-studied entities last in its digest; with greedy decoding the "
+     "unchanged prompt would repeat the refused reply (from the call cache, even) and end the cycle early. The "
+     "digest keeps the official 60,000 characters, or three quarters of the material a declared context window "
+     "leaves, whichever is less (the entities left out are named, as officially)."),
+    ("Diagnosis drops a needed claim that carries a reference token the source never uses, or a reference string "
+     "its cited excerpts do not state (the official code keeps every claim the selector returns): such a claim "
+     "is the reference answer, not source knowledge, and SourceBench guarantees that no reference text reaches "
+     "the model, a lesson or any prompt but diagnosis'. Counted as claims_dropped_as_leaks in the MT stats."),
+    ("An empty Pi1 (no preference reaches the support threshold): the official pipeline builds no M_T for that "
+     "seed and evaluates nothing; SourceBench evaluates the model task learning reached (M_local, or MS without "
+     "failure-guided refinement), not recalibrated, and marks it: mt_built false with the reason in the MT stage "
+     "record, in the artifact's stats.json and in artifact_stats, so a table can tell such a seed from a real MT."),
     "Construction grounding and the abstraction gate use the backend model itself (as the official code does).",
     ("Lessons: the domain vocabulary exempt from the restatement check is counted over the split's guidance "
      "questions (official: every question of the source, test questions included; the learner here sees no test "
@@ -233,6 +245,12 @@ class SourceLearnBase(Method):
         stats = {"model": model_summary(sm, source), "shared": shared, "usage_by_stage": usage,
                  "n_guidance": len(guidance) if self.task_learning else 0,
                  "chars_per_token": ctx.llm.chars_per_token}
+        mt = [h for h in sm.history if h.stage == "MT"] if self.task_learning else []
+        if mt and "mt_built" in mt[-1].stats:  # an empty Pi1 builds no MT: said next to the numbers
+            stats["mt_built"] = mt[-1].stats["mt_built"]
+            if not stats["mt_built"]:
+                stats["mt_not_built"] = mt[-1].stats.get("mt_not_built", "")
+                ctx.progress("task learning: empty Pi1, no MT built; the model task learning reached is evaluated")
         atomic_write_json(ctx.workdir / STATS_FILE, stats)
         return stats
 
@@ -280,7 +298,8 @@ class SourceLearnBase(Method):
     @classmethod
     def artifact_stats(cls, artifact_dir: Path) -> dict[str, Any] | None:
         """``units`` of the saved model; ``observations``: inspection and study notes of the last
-        self-directed cycle (None without self-study cycles)."""
+        self-directed cycle (None without self-study cycles); ``mt_built`` (variants that recalibrate):
+        False when Pi1 came out empty, so the model scored is the one task learning reached, not an MT."""
         path = Path(artifact_dir) / MODEL_FILE
         if not path.is_file():
             return None
@@ -290,7 +309,11 @@ class SourceLearnBase(Method):
         if ms and ms[-1].stats.get("cycles"):
             last = ms[-1].stats["cycles"][-1]
             obs = int(last.get("observations_inspect", 0)) + int(last.get("observations_study", 0))
-        return {"units": len(model.units), "observations": obs}
+        out: dict[str, Any] = {"units": len(model.units), "observations": obs}
+        mt = [h for h in model.history if h.stage == "MT"]
+        if mt and "mt_built" in mt[-1].stats:  # False: empty Pi1, the model evaluated is not an MT (see deviations)
+            out["mt_built"] = bool(mt[-1].stats["mt_built"])
+        return out
 
     @classmethod
     def cli_commands(cls) -> list[Command]:

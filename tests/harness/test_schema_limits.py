@@ -302,7 +302,8 @@ async def _stages(syn: Synthetic, rec: Recorder) -> None:
     from sourcebench.methods.sourcelearn.rewrite import Note, RewriteSpec, entity_units, rewrite_region
     from sourcebench.methods.sourcelearn.selfstudy.observe import observe
     from sourcebench.methods.sourcelearn.selfstudy.plan import plan_round
-    from sourcebench.methods.sourcelearn.taskguided.diagnose import diagnose
+    from sourcebench.methods.sourcelearn.taskguided.diagnose import Claim, TaskNeeds, diagnose
+    from sourcebench.methods.sourcelearn.taskguided.lessons import claim_status
 
     cfg = SourceLearnConfig()
     src, sm = syn.source, syn.model
@@ -325,10 +326,14 @@ async def _stages(syn: Synthetic, rec: Recorder) -> None:
     claims = [(f"claim {n}", el[6 * n:6 * n + 6]) for n in range(8)]  # one batch: 8 claims of 6 ids
     await gate_batch(rec, claims, src, stage="construct_ground")  # type: ignore[arg-type]
     await diagnose(rec, FakeIndex(el), src, task, cfg, vocabulary=set(), stage="mt_diagnose")  # type: ignore[arg-type]
+    # the claim-status check of a task whose needed claims cite the largest entity's elements (most candidates)
+    needs = TaskNeeds(task_id="t1", question=task.question, support_ids=(), claims=tuple(
+        Claim(f"claim {n} of {biggest.name}", tuple(biggest.element_ids[:6])) for n in range(cfg.needed_max)))
+    await claim_status(rec, sm, src, needs, set(), stage="mt_status")  # type: ignore[arg-type]
 
 
 CHOICE_STAGES = {"construct_read", "route", "ms_plan", "ms_inspect", "ms_consolidate", "construct_ground",
-                 "mt_diagnose"}
+                 "mt_diagnose", "mt_status"}
 
 
 @functools.lru_cache(maxsize=4)
@@ -375,20 +380,16 @@ def test_every_choices_schema_is_sent_within_limits_at_sphinx_scale(window, port
 
 def test_sphinx_scale_needs_the_relaxation():
     """On sphinx's shape the writer's region rewrite passes the limits whatever the window (1,136
-    evidence ids of 30 entities' notes), and so does the planner with GPT-4.1's window (all 2,156
-    entity keys, twice: DEEPEN and CONNECT); both are sent relaxed. Without a declared window the
-    planner lists the keys that fit its prompt (~350) and the router all 217 region ids (twice): those
+    evidence ids of 30 entities' notes), and so does the planner: its digest holds the entities that
+    fit 60,000 characters (the official STUDY_DIGEST_CHARS; ~555 here) and names 80 more, each a key
+    it may choose, whatever the window; both are sent relaxed. The router's 217 region ids (twice)
     stay within and are sent unchanged, enums and all."""
     for window in (None, GPT41_WINDOW):
         by_stage = {s.stage: s for s in captured(SPHINX, window)[1]}
         over = {st for st, s in by_stage.items() if violations(sent_schema(s.schema, s.choices, True)[0])}
         plan = len(by_stage["ms_plan"].choices["entities"])
-        if window is None:
-            assert LARGE_ENUM < plan < SPHINX.entities
-            assert over == {"ms_consolidate"}
-        else:
-            assert plan == SPHINX.entities
-            assert over == {"ms_consolidate", "ms_plan"}
+        assert LARGE_ENUM < plan < SPHINX.entities
+        assert over == {"ms_consolidate", "ms_plan"}
         assert len(by_stage["route"].choices["required"]) == SPHINX.regions
 
 
@@ -484,7 +485,7 @@ STRUCTURED_CALLS = {
     "methods/sourcelearn/construct.py": (4, 1), "methods/sourcelearn/grounding.py": (4, 1),
     "methods/sourcelearn/regions.py": (1, 0), "methods/sourcelearn/rewrite.py": (1, 1),
     "methods/sourcelearn/selfstudy/observe.py": (1, 1), "methods/sourcelearn/selfstudy/plan.py": (1, 1),
-    "methods/sourcelearn/taskguided/diagnose.py": (1, 1), "methods/sourcelearn/taskguided/lessons.py": (1, 0),
+    "methods/sourcelearn/taskguided/diagnose.py": (1, 1), "methods/sourcelearn/taskguided/lessons.py": (2, 1),
     "methods/sourcelearn/taskguided/policy.py": (1, 0), "methods/sourcelearn/taskguided/refine.py": (1, 0),
     "reports/protocols/session.py": (1, 0),  # passes the methods' calls on (a BoundLLM that records prompts)
 }

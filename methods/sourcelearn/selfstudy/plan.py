@@ -6,6 +6,10 @@ enforces what the prompt asks: entity keys must exist in the model, DEEPEN names
 CONNECT two different ones, and an action (kind + entities) is never taken twice in a cycle. The
 schema sent lists the entity keys shown as the only values an entity may take.
 
+The planner sees the official observation digest: every entity with its region, units, source size
+and first three observations, entities with the most observations first, and the model's existing
+cross-entity units.
+
 A round whose proposals were all refused is followed by one that shows them as refused, and
 entities already studied are listed after the others: with greedy decoding an unchanged prompt
 repeats its reply (from the cache, even), so without this the retry the stop rule allows could
@@ -20,10 +24,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, create_model
 
+from sourcebench.harness.data import Source
 from sourcebench.harness.schema_limits import bounded_list
 
-from ..model import Phrase, SourceModel
-from ..rewrite import Note, fit, material_chars, resolve_entity
+from ..model import Phrase, SourceModel, Unit
+from ..rewrite import Note, element_entity, fit, material_chars, resolve_entity
 
 if TYPE_CHECKING:
     from sourcebench.harness.llm import BoundLLM
@@ -79,7 +84,7 @@ def study_plan(n: int) -> type[StudyPlan]:
     """The reply schema for a round of 1 to ``n`` actions, each DEEPEN with one key or CONNECT with
     two. Without these bounds SmolLM2 listed actions until ``max_tokens`` cut the JSON, its only
     valid reply was three CONNECTs with one entity each, and once bounded it answered with no
-    action at all; the loop still stops after ``empty_rounds_stop`` rounds without a valid new one."""
+    action at all; the loop still stops after ``empty_rounds_stop`` consecutive rounds without a valid new one."""
     bounds = {"minItems": 1, "maxItems": max(1, n)}  # a round plans at least one action (the cycle's budget is K)
     return create_model(f"StudyPlan{n}", __base__=StudyPlan,
                         actions=(Annotated[list[_Deepen | _Connect], Field(json_schema_extra=bounds)],
@@ -102,23 +107,106 @@ PLAN_SYSTEM = (
 )
 
 
+DIGEST_CHARS = 60_000  # STUDY_DIGEST_CHARS: the observation digest shown to the planner
+DIGEST_NOTES = 3  # observations shown per entity in the digest (official STUDY_DIGEST_OBS)
+CROSS_UNITS = 60  # existing cross-entity units shown to the planner (official)
+NAMED_REST = 80  # entities beyond the digest's size named by key (official)
+CROSS_ROLES = frozenset(("relation", "pattern", "mechanism", "distinction", "exception"))
+
+
+@dataclass(frozen=True)
+class DigestEntry:
+    key: str
+    region: str
+    units: int
+    chars: int
+    notes: list[tuple[int, Note]]  # (number, note) of the notes about it, in order
+
+
+def entity_sizes(sm: SourceModel, source: Source) -> dict[str, int]:
+    """Characters of source text per entity (what the digest calls its source size)."""
+    out: dict[str, int] = {}
+    for e in sm.entities:
+        out[e.key] = sum(len(el.text) for el in (source.element(i) for i in e.element_ids) if el is not None)
+    return out
+
+
+def entity_unit_counts(sm: SourceModel) -> dict[str, int]:
+    """Units about each entity (its own and the relations it takes part in; maps and cards aside)."""
+    counts: dict[str, int] = {}
+    for u in sm.units:
+        if u.scope.kind in ("entity", "pair") and u.role not in ("map", "card"):
+            for k in dict.fromkeys(u.scope.keys):
+                counts[k] = counts.get(k, 0) + 1
+    return counts
+
+
+def digest_entries(sm: SourceModel, notes: list[Note], sizes: dict[str, int],
+                   unit_counts: dict[str, int]) -> list[DigestEntry]:
+    """One entry per entity of the model or of a note, busiest first (most observations, then key)."""
+    region = {e.key: e.region for e in sm.entities}
+    by_ent: dict[str, list[tuple[int, Note]]] = {}
+    for i, n in enumerate(notes, 1):
+        for k in dict.fromkeys(n.entities):
+            by_ent.setdefault(k, []).append((i, n))
+    n_notes = {k: len(v) for k, v in by_ent.items()}
+    keys = sorted(set(region) | set(by_ent), key=lambda k: (-n_notes.get(k, 0), k))
+    return [DigestEntry(k, region.get(k, "?"), unit_counts.get(k, 0), sizes.get(k, 0), by_ent.get(k, []))
+            for k in keys]
+
+
+def digest_line(e: DigestEntry, per_entity: int = DIGEST_NOTES) -> str:
+    head = f"- {e.key}  [region {e.region}; {e.units} units; {e.chars:,} source chars; {len(e.notes)} observations]"
+    rows = []
+    for i, n in e.notes[:per_entity]:
+        imp = f" (=> {n.implication[:120]})" if n.implication else ""
+        pair = " [connect]" if len(n.entities) > 1 else ""
+        rows.append(f"\n    * {i}. {n.text[:220]}{imp}{pair}")
+    return head + "".join(rows)
+
+
+def cross_entity_units(sm: SourceModel) -> list[Unit]:
+    """Units above one entity that relate several (official ``_cross_entity_units``): a relational role,
+    not scoped to one entity, anchored in the text of more than one entity."""
+    owner = element_entity(sm)
+    return [u for u in sm.units if u.role in CROSS_ROLES and u.scope.kind != "entity"
+            and len({owner[i] for i in u.element_ids() if i in owner}) > 1]
+
+
 def plan_messages(sm: SourceModel, notes: list[Note], taken: list[Action], n: int,
-                  budget: int, refused: list[str] | None = None) -> tuple[list[dict[str, str]], list[str]]:
-    """The planner's prompt and the entity keys it lists (as many as fit): noted entities not yet
-    studied, other entities not yet studied, then the studied ones. ``refused``: the renderings of
-    the previous round's proposals, all refused (repeats or unusable keys)."""
-    mentioned = list(dict.fromkeys(k for note in notes for k in note.entities))
-    ents = {e.key: e for e in sm.entities}
-    studied = {k for a in taken for k in a.entities}
-    order = list(dict.fromkeys([k for k in mentioned if k in ents] + [e.key for e in sm.entities]))
-    order = [k for k in order if k not in studied] + [k for k in order if k in studied]
-    ent_lines = fit([f"- {k} ({ents[k].name}; region {ents[k].region})" for k in order], budget // 4)
-    shown = order[:len(ent_lines)]
-    history = [f"- {a.render()}: {a.question}" for a in taken]
-    obs = fit((note.render(i) for i, note in enumerate(notes, 1)), budget // 2)
-    history = fit(history, budget // 8)
-    parts = ["Entities (key, name, region):\n" + "\n".join(ent_lines),
-             "Observations:\n" + "\n".join(obs),
+                  budget: int, refused: list[str] | None = None, sizes: dict[str, int] | None = None,
+                  unit_counts: dict[str, int] | None = None) -> tuple[list[dict[str, str]], list[str]]:
+    """The planner's prompt and the entity keys it lists (as many as fit). The prompt is the official
+    digest: per entity its region, units, source size and first ``DIGEST_NOTES`` observations (numbered),
+    busiest entities first, within ``DIGEST_CHARS``; the entities left out are named. Then the model's
+    cross-entity units and the actions taken. ``refused``: the renderings of the previous round's
+    proposals, all refused; that round's prompt also lists the studied entities after the others.
+    ``sizes``: ``entity_sizes`` (0 when not given); ``unit_counts``: ``entity_unit_counts``, computed once per
+    cycle by the caller (the model does not change while it plans)."""
+    entries = digest_entries(sm, notes, sizes or {}, entity_unit_counts(sm) if unit_counts is None else unit_counts)
+    if refused:
+        studied = {k for a in taken for k in a.entities}
+        entries = [e for e in entries if e.key not in studied] + [e for e in entries if e.key in studied]
+    cap = min(DIGEST_CHARS, budget * 3 // 4)
+    lines, shown, rest, spent = [], [], [], 0
+    for e in entries:
+        line = digest_line(e)
+        if spent + len(line) > cap:
+            rest.append(e.key)
+            continue
+        lines.append(line)
+        shown.append(e.key)
+        spent += len(line)
+    if rest:  # named so that the planner knows they exist, and may choose one
+        lines.append(f"- ({len(rest)} more entities not shown: " + ", ".join(rest[:NAMED_REST])
+                     + (", ..." if len(rest) > NAMED_REST else "") + ")")
+        shown += rest[:NAMED_REST]
+    cross = fit((f"- ({u.scope.kind}: {', '.join(u.scope.keys)}) {u.statement[:160]}"
+                 for u in cross_entity_units(sm)[:CROSS_UNITS]), budget // 8)
+    history = fit([f"- {a.render()}: {a.question}" for a in taken], budget // 8)
+    parts = ["Entities with their observations (key [region; units; source size; observations]):\n"
+             + "\n".join(lines),
+             "Existing cross-entity units:\n" + ("\n".join(cross) or "(none yet)"),
              "Actions already taken:\n" + ("\n".join(history) or "(none)")]
     if refused:
         parts.append("Your previous proposals were refused (already taken, or not usable): "
@@ -158,10 +246,11 @@ class PlanRound:
 
 
 async def plan_round(llm: BoundLLM, sm: SourceModel, notes: list[Note], taken: list[Action], n: int,
-                     stage: str, refused: list[str] | None = None) -> PlanRound:
+                     stage: str, refused: list[str] | None = None, sizes: dict[str, int] | None = None,
+                     unit_counts: dict[str, int] | None = None) -> PlanRound:
     """One planning round: up to ``n`` new actions (none if none survive, or if the call failed)."""
     budget = material_chars(llm, PLAN_MAX_TOKENS)
-    messages, shown = plan_messages(sm, notes, taken, n, budget, refused)
+    messages, shown = plan_messages(sm, notes, taken, n, budget, refused, sizes, unit_counts)
     # entity keys limited to those listed: a constrained decoder cannot invent one (SmolLM2 wrote
     # numbers such as "1.203985674" for every key without it, so no action survived validation)
     res = await llm.structured(messages, study_plan(n), stage=stage, max_tokens=PLAN_MAX_TOKENS,

@@ -29,6 +29,7 @@ class Outcome:
     judged: bool
     value: float = 0.0
     answer_failed: bool = False
+    loaded: frozenset[str] = frozenset()  # ids of the units the solver was shown (E^M)
 
 
 async def model_notes(sm: SourceModel, source: Source, task: Task, ctx: Context, cfg: SourceLearnConfig,
@@ -44,9 +45,11 @@ async def attempt(sm: SourceModel, source: Source, task: Task, ctx: Context, cfg
     evidence = retrieve(index, source, task.question, k=cfg.learn_answer_k)
     ev_text = ctx.benchmark.render_evidence(evidence) if evidence else ""
     notes, _ = await model_notes(sm, source, task, ctx, cfg, ev_text)
+    lines = {ln[2:] for ln in notes.splitlines() if ln.startswith("- ")}  # activation shows "- <unit>" lines
+    loaded = frozenset(u.id for u in sm.units if u.render() in lines)
     answer = await ctx.solve(task, evidence, notes, stage="mt_answer")
     if ctx.judge is None:
-        return Outcome(task.id, False, False, answer_failed=answer.failed)
+        return Outcome(task.id, False, False, answer_failed=answer.failed, loaded=loaded)
     score = await ctx.judge(task, answer)
     return Outcome(task.id, bool(score.correct) and not score.failed, not score.failed, float(score.value),
-                   answer.failed)
+                   answer.failed, loaded)

@@ -14,6 +14,12 @@ Two mechanical checks keep a lesson at the level of a class of content (official
 
 A lesson that fails either check gets one retry whose prompt says why; a second failure drops it.
 The policy (``policy.py``) bans the identifiers of every task that gave a lesson.
+
+The lesson prompt says, for each needed claim, whether the model holds it (official ``claim_status``):
+*represented* (a unit the solver was shown entails it), *in the model* (some unit does, none shown),
+or *missing*; one entailment call per task over the candidate units (those about the claims' files
+and entities, plus the nearest by content). A task with no needed claim yields no lesson
+(``no_needed_evidence``): without them there is nothing the task needed to learn from.
 """
 
 from __future__ import annotations
@@ -27,10 +33,11 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, Field
 
 from sourcebench.harness.data import Source, normalise_ws
+from sourcebench.harness.schema_limits import bounded_list
 
 from ..learn_retrieval import EXCERPT_CHARS
-from ..model import Statement, Unit
-from ..rewrite import excerpt_blocks, fit, material_chars, unit_line
+from ..model import Ids, SourceModel, Statement, Unit
+from ..rewrite import element_entity, excerpt_blocks, fit, material_chars, unit_line
 from ..words import content_words
 from .diagnose import TaskNeeds
 
@@ -41,6 +48,10 @@ LESSON_MAX_TOKENS = 300
 LESSON_MAX_OVERLAP = 0.35  # share of a lesson's distinctive content words that may repeat its task
 DOMAIN_MIN_QUESTIONS = 3  # a content word in this many guidance questions is domain vocabulary
 LESSON_TRIES = 2  # the lesson, then one retry that says why it was refused
+CANDIDATE_UNITS = 40  # units the claim-status check sees per task (official CANDIDATE_UNITS)
+NEAREST_UNITS = 8  # of which the nearest by content, whatever they are about (official)
+STATUS_MAX_TOKENS = 600
+LESSON_EXCERPT_CHARS = 1_500  # characters of each needed claim's excerpt the lesson prompt shows (official)
 LessonKind = Literal["preserve", "granularity", "distinguish", "relate", "condition"]
 
 # -- identifiers ---------------------------------------------------------------------------------
@@ -110,6 +121,75 @@ def retry_note(ids: list[str], words: list[str]) -> str:
             "it applies to the other instances of that class in this source.")
 
 
+# -- claim status ---------------------------------------------------------------------------------
+def candidate_units(sm: SourceModel, source: Source, needs: TaskNeeds, cap: int = CANDIDATE_UNITS,
+                    nearest: int = NEAREST_UNITS) -> list[Unit]:
+    """Units that could hold a needed claim: those anchored in a cited element's file or about its entity,
+    plus the ``nearest`` sharing most content words with the claims; most overlapping first, at most ``cap``."""
+    cited = {i for c in needs.claims for i in c.evidence_ids}
+    files = {el.path or el.id.split("#", 1)[0] for el in (source.element(i) for i in cited) if el is not None}
+    owner = element_entity(sm)
+    ents = {owner[i] for i in cited if i in owner}
+    pool = [u for u in sm.units if u.role != "map" and not sm.is_stale(u, source)]
+    want = content_words(" ".join(c.text for c in needs.claims))
+    overlap = {u.id: len(want & content_words(u.statement)) for u in pool}
+    picked: dict[str, Unit] = {}
+    for u in pool:
+        els = [source.element(i) for i in u.element_ids()]
+        if set(u.scope.keys) & ents or any(e is not None and (e.path or e.id.split("#", 1)[0]) in files for e in els):
+            picked[u.id] = u
+    near = sorted((u for u in pool if overlap[u.id] > 0), key=lambda u: -overlap[u.id])[:nearest]
+    for u in near:
+        picked.setdefault(u.id, u)
+    return sorted(picked.values(), key=lambda u: -overlap[u.id])[:cap]
+
+
+class ClaimHolders(BaseModel):
+    claim: int = Field(description="number of the needed claim")
+    unit_ids: Ids = Field(default_factory=list, description="ids of the units that state or entail it; empty if none")
+
+
+class StatusReply(BaseModel):
+    claims: bounded_list(ClaimHolders, 12) = Field(default_factory=list)  # one per needed claim (at most 4)
+
+
+STATUS_SYSTEM = (
+    "You check whether a source model already holds what a task needed. You get numbered statements of "
+    "source knowledge the task required and [bracketed] units of the model. For each statement, list the ids "
+    "of the units that state it or entail it (possibly through a broader rule that covers it); list none when "
+    "a value, condition, entity, relation or step of the statement is not stated by any unit."
+)
+
+
+async def claim_status(llm: BoundLLM, sm: SourceModel, source: Source, needs: TaskNeeds, loaded: Iterable[str],
+                       stage: str = "mt_status") -> list[str] | None:
+    """Per needed claim: "represented" (a unit the solver was shown entails it), "in the model" (a unit does,
+    none shown) or "missing". ``loaded``: ids of the units the solver was shown. None if the check failed."""
+    if not needs.claims:
+        return []
+    cands = candidate_units(sm, source, needs)
+    if not cands:
+        return ["missing"] * len(needs.claims)
+    budget = material_chars(llm, STATUS_MAX_TOKENS)
+    lines = fit((unit_line(u) for u in cands), budget)
+    shown = [u.id for u in cands[: len(lines)]]
+    claims = "\n".join(f"{i}. {c.text}" for i, c in enumerate(needs.claims, 1))
+    msgs = [{"role": "system", "content": STATUS_SYSTEM},
+            {"role": "user", "content": f"Required statements:\n{claims}\n\nModel units:\n" + "\n".join(lines)
+             + "\n\nReply in JSON."}]
+    res = await llm.structured(msgs, StatusReply, stage=stage, max_tokens=STATUS_MAX_TOKENS,
+                               choices={"unit_ids": shown})
+    if res.failed or res.value is None:
+        return None
+    holders: dict[int, set[str]] = {}
+    for h in res.value.claims:  # type: ignore[union-attr]
+        if 1 <= h.claim <= len(needs.claims):
+            holders.setdefault(h.claim, set()).update(i.strip() for i in h.unit_ids if i.strip() in shown)
+    shown_to_solver = set(loaded)
+    return ["missing" if not holders.get(n) else "represented" if holders[n] & shown_to_solver else "in the model"
+            for n in range(1, len(needs.claims) + 1)]
+
+
 @dataclass(frozen=True)
 class Lesson:
     task_id: str
@@ -144,8 +224,9 @@ LESSON_SYSTEM = (
 
 
 def evidence_ids(needs: TaskNeeds) -> list[str]:
-    """The task's evidence: the elements its needed claims cite, then the other supporting ones."""
-    return list(dict.fromkeys([i for c in needs.claims for i in c.evidence_ids] + list(needs.support_ids)))
+    """The task's evidence as the lesson sees it: the elements its needed claims cite (official: the needed
+    claims' excerpts only, not every excerpt that supports the reference)."""
+    return list(dict.fromkeys(i for c in needs.claims for i in c.evidence_ids))
 
 
 def task_identifiers(needs: TaskNeeds, source: Source) -> frozenset[str]:
@@ -157,9 +238,12 @@ def task_identifiers(needs: TaskNeeds, source: Source) -> frozenset[str]:
 
 
 def lesson_messages(needs: TaskNeeds, units: list[Unit], source: Source, solved: bool, budget: int,
-                    retry: str = "") -> list[dict[str, str]]:
-    claims = "\n".join(f"- {c.text} (evidence: {', '.join(c.evidence_ids)})" for c in needs.claims) or "(none)"
-    ev = fit(excerpt_blocks(source, evidence_ids(needs), max_chars=EXCERPT_CHARS), budget // 2)
+                    retry: str = "", statuses: list[str] | None = None) -> list[dict[str, str]]:
+    status = list(statuses or [])
+    status += ["not checked"] * (len(needs.claims) - len(status))
+    claims = "\n".join(f"- {c.text} (evidence: {', '.join(c.evidence_ids)}; in the model: {st})"
+                       for c, st in zip(needs.claims, status)) or "(none)"
+    ev = fit(excerpt_blocks(source, evidence_ids(needs), max_chars=LESSON_EXCERPT_CHARS), budget // 2)
     ul = fit((unit_line(u) for u in units), budget // 3)
     user = (f"Task: {needs.question.strip()}\n\nWhat it needed from the source:\n{claims}\n\nSupporting excerpts:\n"
             + ("\n\n".join(ev) or "(none)") + "\n\nModel units available about it:\n" + ("\n".join(ul) or "(none)")
@@ -169,16 +253,20 @@ def lesson_messages(needs: TaskNeeds, units: list[Unit], source: Source, solved:
 
 async def lesson_for(llm: BoundLLM, needs: TaskNeeds, units: list[Unit], source: Source, solved: bool,
                      common: frozenset[str] | set[str] = frozenset(),
-                     stage: str = "mt_lesson") -> tuple[Lesson | None, str]:
-    """The task's lesson, or None, with the outcome: kept, kept after retry, none, failed, too specific.
+                     stage: str = "mt_lesson", statuses: list[str] | None = None) -> tuple[Lesson | None, str]:
+    """The task's lesson, or None, with the outcome: kept, kept after retry, none, failed, too specific,
+    no needed evidence.
 
-    ``common``: the domain vocabulary (``domain_vocabulary`` of the guidance questions)."""
+    ``common``: the domain vocabulary (``domain_vocabulary`` of the guidance questions); ``statuses``: each
+    needed claim's status in the model (``claim_status``)."""
+    if not needs.claims:
+        return None, "no_needed_evidence"
     budget = material_chars(llm, LESSON_MAX_TOKENS)
     banned = task_identifiers(needs, source)
     task_texts = [needs.question] + [c.text for c in needs.claims]
     retry = ""
     for attempt in range(LESSON_TRIES):
-        res = await llm.structured(lesson_messages(needs, units, source, solved, budget, retry), LessonOut,
+        res = await llm.structured(lesson_messages(needs, units, source, solved, budget, retry, statuses), LessonOut,
                                    stage=stage, max_tokens=LESSON_MAX_TOKENS)
         if res.failed or res.value is None:
             return None, "failed"

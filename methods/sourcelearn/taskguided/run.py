@@ -1,11 +1,17 @@
 """Task-Guided Source Learning (paper Sec. 4.4): M -> M_local -> MT over one split's guidance tasks.
 
-One pass over the tasks, in their given order. Each task is diagnosed (the only use of its
-reference), answered with the normal task-time interface and judged; a failed task drives local
-refinement of the model (``local``); every task may yield one lesson (``cross``). Tasks are
-handled in waves of ``cfg.concurrency``: a wave is answered against the same model state, then its
-failures refine the model one after another (with concurrency 1 this is exactly the sequential
-pass). Finally the lessons are aggregated into Pi1 and the model is recalibrated under it.
+Every task is diagnosed first (the only use of its reference; concurrently, as the official E*
+cache is built). Then one pass over the tasks in their given order, a chain: each task is answered
+with the normal task-time interface against the model its predecessors left, judged, its needed
+claims checked against that model (``claim_status``, with ``cross``), it may yield one lesson, and
+a failure refines the model (``local``) before the next task starts. No two tasks are ever in
+flight (``cfg.concurrency`` applies within a stage's calls, such as diagnosis and the refinement's
+grounding). Finally the lessons are aggregated into Pi1 and the model is recalibrated under it.
+
+An empty Pi1 (no preference reached ``min_policy_support``): the official pipeline builds no MT for
+the seed and evaluates nothing. Here the model task learning reached (M_local; MS without local
+refinement) is kept and evaluated, marked ``mt_built: false`` with the reason in its stage record,
+the artifact's stats and ``artifact_stats`` (declared in the method's deviations).
 
 Variants: ``local=False`` skips refinement (w/o failure-guided: recalibrate under Pi1 only);
 ``cross=False`` skips lessons, policy and recalibration (M_local, w/o cross-task).
@@ -25,7 +31,7 @@ from ..model import SourceModel
 from ..rewrite import gate_summary
 from .attempt import Outcome, attempt
 from .diagnose import TaskNeeds, diagnose, source_words
-from .lessons import Lesson, domain_vocabulary, lesson_for
+from .lessons import Lesson, claim_status, domain_vocabulary, lesson_for
 from .policy import aggregate
 from .recalibrate import recalibrate
 from .refine import RefineStats, refine, relevant_units
@@ -40,6 +46,14 @@ def stage_name(local: bool, cross: bool) -> str:
     if not cross:
         return "M_local"
     return "MT" if local else "MS+Pi1"
+
+
+def mt_built(policy: list[str]) -> dict[str, Any]:
+    """Whether an MT was built: not with an empty Pi1 (the official pipeline then builds and evaluates none)."""
+    if policy:
+        return {"mt_built": True}
+    return {"mt_built": False, "mt_not_built": "empty Pi1: no representation preference reached the support "
+                                              "threshold; the model is the one task learning reached, not recalibrated"}
 
 
 async def diagnose_all(guidance: list[Task], source: Source, ctx: Context, cfg: SourceLearnConfig,
@@ -68,31 +82,24 @@ async def task_learn(sm: SourceModel, source: Source, guidance: list[Task], ctx:
     outcomes: list[Outcome] = []
     lessons: list[Lesson] = []
     lesson_reasons: Counter[str] = Counter()
-    wave_size = max(1, cfg.concurrency)
-    pairs = list(zip(guidance, needs))
-    for start in range(0, len(pairs), wave_size):
-        wave = pairs[start:start + wave_size]
-        current = model
-
-        async def use(task: Task, nd: TaskNeeds, m: SourceModel = current) -> tuple[Outcome, Lesson | None, str]:
-            outcome = await attempt(m, source, task, ctx, cfg, index)
-            if not cross:
-                return outcome, None, ""
+    status_counts: Counter[str] = Counter()
+    for task, nd in zip(guidance, needs):  # a chain: each task sees the model its predecessors left
+        outcome = await attempt(model, source, task, ctx, cfg, index)
+        outcomes.append(outcome)
+        if cross:
             if nd.failed:
-                return outcome, None, "no diagnosis"
-            lesson, why = await lesson_for(ctx.llm, nd, relevant_units(m, source, nd), source, outcome.solved, common)
-            return outcome, lesson, why
-
-        results = await asyncio.gather(*(use(t, nd) for t, nd in wave))
-        for (task, nd), (outcome, lesson, why) in zip(wave, results):
-            outcomes.append(outcome)
-            if why:
+                lesson_reasons["no diagnosis"] += 1
+            else:
+                statuses = await claim_status(ctx.llm, model, source, nd, outcome.loaded)
+                status_counts.update(statuses if statuses is not None else ["check failed"])
+                lesson, why = await lesson_for(ctx.llm, nd, relevant_units(model, source, nd), source, outcome.solved,
+                                               common, statuses=statuses)
                 lesson_reasons[why] += 1
-            if lesson is not None:
-                lessons.append(lesson)
-            if local and not outcome.solved and not nd.failed and nd.claims:
-                model = await refine(ctx.llm, model, source, nd, cfg, gate_stats, rstats)
-        ctx.progress(f"task learning: {len(outcomes)}/{len(pairs)} tasks, {sum(o.solved for o in outcomes)} solved")
+                if lesson is not None:
+                    lessons.append(lesson)
+        if local and not outcome.solved and not nd.failed and nd.claims:
+            model = await refine(ctx.llm, model, source, nd, cfg, gate_stats, rstats)
+        ctx.progress(f"task learning: {len(outcomes)}/{len(guidance)} tasks, {sum(o.solved for o in outcomes)} solved")
 
     stats: dict[str, Any] = {
         "tasks": len(guidance), "local": local, "cross": cross,
@@ -109,7 +116,8 @@ async def task_learn(sm: SourceModel, source: Source, guidance: list[Task], ctx:
         ctx.progress(f"task learning: {len(lessons)} lessons -> {len(policy)} policy items; recalibrating")
         model, recal = await recalibrate(ctx.llm, model, source, policy, cfg, gate_stats)
         stats.update(lessons=len(lessons), lesson_outcomes=dict(sorted(lesson_reasons.items())), domain_words=len(common),
-                     policy=pstats.as_dict(), recalibration=recal)
+                     claim_status=dict(sorted(status_counts.items())), policy=pstats.as_dict(), recalibration=recal,
+                     **mt_built(policy))
     stats["gate"] = gate_summary(gate_stats)
     model.record_stage(stage_name(local, cross), **stats)
     return model

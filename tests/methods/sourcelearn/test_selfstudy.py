@@ -348,13 +348,114 @@ def test_a_retry_after_an_empty_round_shows_the_refused_proposals_and_lists_stud
                                WRITER: writes([]), PRESERVE: lambda p, _: {"lost": []}}))
     ms = asyncio.run(self_learn(toy_model(), SOURCE, make_ctx(tmp_path), SourceLearnConfig(study_actions=20)))
     rec = ms.history[-1].stats["cycles"][0]
-    assert rec["actions"] == 2 and rec["rounds"] == 4 and rec["empty_rounds"] == 2
+    # idle, productive, idle, idle: only two CONSECUTIVE idle rounds stop the loop
+    assert rec["actions"] == 2 and rec["rounds"] == 5 and rec["empty_rounds"] == 3
     prompts = [c["messages"][-1]["content"] for c in calls_with(PLAN)]
     assert "refused" not in prompts[0] and "refused" not in prompts[1]
     assert "refused (already taken, or not usable): DEEPEN(Alice)." in prompts[2]
     assert "refused" not in prompts[3]  # a round that took an action clears the list
-    entities = prompts[1].split("Entities (key, name, region):\n", 1)[1].split("\n\n", 1)[0].splitlines()
-    assert entities[-1].startswith("- Alice ")  # studied: listed after every entity not studied yet
+    assert digest_keys(prompts[2])[-1] == "Alice"  # after a refusal the studied entity is listed last
+    assert digest_keys(prompts[1])[0] == "Alice"  # otherwise busiest first (Alice has the most observations)
+
+
+def digest_keys(prompt: str) -> list[str]:
+    """The entity keys of a planner prompt's digest, in order."""
+    body = prompt.split("Entities with their observations", 1)[1].split("\n\nExisting cross-entity units", 1)[0]
+    return [ln[2:].split()[0] for ln in body.splitlines() if ln.startswith("- ") and not ln.startswith("- (")]
+
+
+def test_one_idle_round_between_productive_ones_does_not_stop_the_study(tmp_path):
+    """productive, idle, productive, idle, productive, idle, idle: each productive round resets the idle
+    count, so the loop takes all three actions and stops only after two idle rounds in a row (an idle
+    round here repeats the last action, refused; a cached reply to an unchanged prompt could not differ)."""
+    def act(key: str) -> dict:
+        return {"actions": [{"kind": "DEEPEN", "entities": [key], "observation": 1, "question": f"QSTUDY {key}?"}]}
+    rounds = iter([act("Alice"), act("Alice"), act("Bob"), act("Bob"), act("Carol"), act("Carol"), {"actions": []}])
+    scripted.set_script(route({OBSERVE: observe_all, PLAN: lambda p, _: next(rounds),
+                               WRITER: writes([]), PRESERVE: lambda p, _: {"lost": []}}))
+    ms = asyncio.run(self_learn(toy_model(), SOURCE, make_ctx(tmp_path), SourceLearnConfig(study_actions=20)))
+    rec = ms.history[-1].stats["cycles"][0]
+    assert rec["actions"] == 3 and rec["rounds"] == 7 and rec["empty_rounds"] == 4
+
+
+def test_the_planner_sees_the_per_entity_digest_and_the_cross_entity_units(tmp_path):
+    """Per entity: region, units, source size and at most three numbered observations; busiest first."""
+    def many_notes(prompt: str, _) -> dict:
+        eid = prompt.split("Source text:\n[", 1)[1].split("]", 1)[0]
+        n = 3 if eid.startswith("people/bob.md") else 1
+        return {"learned": True, "observations": [
+            {"note": f"OBSNOTE {k} about {eid}", "evidence_ids": [eid], "implication": "", "unit_ids": []}
+            for k in range(n)]}
+    sm = toy_model()
+    sm.units.append(unit("Oslo and Lyon are twinned ports.", "relation", Scope(kind="pair", keys=["Oslo", "Lyon"]),
+                         ["places/oslo.md#overview", "places/lyon.md#overview"]))
+    scripted.set_script(route({OBSERVE: many_notes, PLAN: lambda p, _: {"actions": []},
+                               WRITER: writes([]), PRESERVE: lambda p, _: {"lost": []}}))
+    asyncio.run(self_learn(sm, SOURCE, make_ctx(tmp_path), SourceLearnConfig(study_actions=5,
+                                                                              observations_per_question=4)))
+    prompt = calls_with(PLAN)[0]["messages"][-1]["content"]
+    assert digest_keys(prompt)[0] == "Bob"  # three observations: first
+    bob = prompt.split("- Bob ", 1)[1].split("\n- ", 1)[0]
+    chars = sum(len(SOURCE.element(i).text) for i in PEOPLE["Bob"])
+    assert f"region people; 1 units; {chars:,} source chars; 3 observations]" in bob
+    assert bob.count("\n    * ") == 3  # observations numbered, at most three per entity
+    cross = prompt.split("Existing cross-entity units:\n", 1)[1].split("\n\n", 1)[0].splitlines()
+    assert "- (pair: Oslo, Lyon) Oslo and Lyon are twinned ports." in cross
+    assert "- (region: people) Most people of the town are Nordair pilots." in cross
+    assert not any("Alice flies" in line for line in cross)  # one entity's unit is not cross-entity
+    assert "Observations:\n" not in prompt  # no flat list of notes
+
+
+def test_study_shows_the_official_units_and_caps_every_source_at_three_hits_per_file(tmp_path):
+    from sourcebench.methods.sourcelearn.selfstudy.study import DEEPEN_UNITS, shown_units, study_evidence
+
+    sm = toy_model()
+    many = [unit(f"Alice fact number {i} about flying.", "detail", ent("Alice"), ["people/alice.md#work"])
+            for i in range(20)]
+    sm.units.extend(many)
+    deepen = shown_units(sm, SOURCE, Action("DEEPEN", ("Alice",), "Which port does Oslo have?"))
+    own = [u for u in deepen if "Alice" in u.scope.keys]
+    assert len(own) == DEEPEN_UNITS  # not all 21 of Alice's units
+    assert any("Oslo" in u.statement for u in deepen)  # plus the nearest to the question
+    connect = shown_units(sm, SOURCE, Action("CONNECT", ("Alice", "Bob"), "Who flies?"))
+    assert len([u for u in connect if "Alice" in u.scope.keys]) == 8 and any("Bob" in u.scope.keys for u in connect)
+    # a documents source with one long file: the task-time cap is none, the self-study cap is three
+    from sourcebench.harness.data import Element, Source
+
+    els = [Element(id=f"harbour.md#s{i}", title=f"Harbour / S{i}", text=f"The harbour crane {i} lifts ships.",
+                   path="harbour.md", kind="section") for i in range(6)]
+    els.append(Element(id="town.md#s0", title="Town", text="The town has a harbour crane too.", path="town.md",
+                       kind="section"))
+    docs = Source(id="harbour", kind="documents", description="a harbour", elements=els)
+    idx = HybridIndex(docs.elements, HashEmbedder())
+    cfg = SourceLearnConfig()
+
+    def from_big(found) -> int:
+        return sum(s.element_id.startswith("harbour.md#") for s in found.items)
+
+    assert from_big(tiered_search(idx, docs, "harbour crane ships", 6, cfg)) > 3  # diagnosis: no cap on documents
+    assert from_big(tiered_search(idx, docs, "harbour crane ships", 6, cfg, per_file_cap=3)) == 3
+    study_found = study_evidence(idx, toy_model(), docs, Action("DEEPEN", ("Alice",), "harbour crane ships"), [], cfg)
+    assert from_big(study_found) == 3  # the study retrieval applies the cap of three
+
+
+def test_inspection_shows_regional_units_and_the_nearest_and_recalibration_skips_unitless_entities(tmp_path):
+    scripted.set_script(route({OBSERVE: observe_all, PLAN: lambda p, _: {"actions": []},
+                               WRITER: writes([]), PRESERVE: lambda p, _: {"lost": []}}))
+    ctx = make_ctx(tmp_path)
+    from sourcebench.methods.sourcelearn.selfstudy.cycle import CycleStats, inspect_entities
+
+    sm = toy_model()
+    asyncio.run(inspect_entities(ctx.llm, sm, SOURCE, SourceLearnConfig(), CycleStats()))
+    carol = next(c for c in calls_with(OBSERVE) if "entity Carol" in c["messages"][-1]["content"])
+    # Carol has no unit of her own: she still sees the regional pattern of her region
+    assert "Most people of the town are Nordair pilots." in carol["messages"][-1]["content"]
+    n_review = len(calls_with(OBSERVE))
+    asyncio.run(inspect_entities(ctx.llm, sm, SOURCE, SourceLearnConfig(), CycleStats(), mode="policy",
+                                 stage="mt_recalibrate", policy=["Keep kinship explicit."]))
+    policy_calls = calls_with(OBSERVE)[n_review:]
+    with_units = {k for k in PEOPLE | PLACES if any(k in u.scope.keys and u.scope.kind == "entity" for u in sm.units)}
+    assert len(policy_calls) == len(with_units) == 3  # Alice, Bob, Oslo: no call for Carol, Dave, Lyon
 
 
 def test_planner_schema_limits_entity_keys_to_the_listed_ones(tmp_path):

@@ -385,3 +385,95 @@ def test_saved_model_round_trips(tmp_path):
     mt, _ = learn(tmp_path)
     mt.save(tmp_path / "m.json")
     assert SourceModel.load(tmp_path / "m.json") == mt
+
+
+# -- the chain, claim status, no lesson without needed claims, an empty Pi1 --------------------------
+STATUS = frozenset({"claims"})
+
+
+def test_guidance_tasks_form_a_chain_each_seeing_the_units_its_predecessors_added(tmp_path):
+    """With concurrency 4 the third task is still answered against the model the first two refined,
+    and no call of one task runs between the calls of another."""
+    script()  # every task fails: g1 and g2 refine the model before g3 is answered
+    ctx = make_ctx(tmp_path)
+    mt = asyncio.run(task_learn(toy_model(), SOURCE, GUIDANCE, ctx, SourceLearnConfig(concurrency=4)))
+    answers = [i for i, c in enumerate(scripted.CALLS) if not c["schema"]]
+    assert len(answers) == 3
+    third = "\n".join(m["content"] for m in scripted.CALLS[answers[2]]["messages"])
+    learned = [u.statement for u in mt.units if u.origin == "task-refine"]
+    assert "The mother of Alice is Carol." in learned and "The father of Bob is Dave." in learned
+    # the units as the solver's model notes show them (the raw excerpts state the same facts)
+    assert "[relation] The mother of Alice is Carol." in third and "[relation] The father of Bob is Dave." in third
+    first = "\n".join(m["content"] for m in scripted.CALLS[answers[0]]["messages"])
+    assert "[relation] The mother of Alice is Carol." not in first
+    # never two tasks in flight: each task's refinement writes come before the next task's answer
+    writes = [i for i, c in enumerate(scripted.CALLS) if c["schema"]
+              and frozenset(c["schema"].get("properties", {})) == WRITER]
+    g1_writes = [i for i in writes if "mother of Alice is Carol" in scripted.CALLS[i]["messages"][-1]["content"]
+                 and i < answers[1]]
+    assert g1_writes and all(answers[0] < i < answers[1] for i in g1_writes)
+    assert not [i for i in writes if answers[1] < i < answers[2]
+                and "mother of Alice is Carol" in scripted.CALLS[i]["messages"][-1]["content"]
+                and "TARGETS" in scripted.CALLS[i]["messages"][-1]["content"]]
+    # each task's lesson calls fall between its own answer and the next task's
+    bounds = [*answers, len(scripted.CALLS)]
+    order = [t for t in CLAIMS]
+    for i, c in enumerate(scripted.CALLS):
+        if c["schema"] and frozenset(c["schema"].get("properties", {})) == LESSON:
+            k = order.index(topic("\n".join(m["content"] for m in c["messages"])))
+            assert bounds[k] < i < bounds[k + 1]
+
+
+def test_claim_status_tells_represented_in_the_model_and_missing(tmp_path):
+    from sourcebench.methods.sourcelearn.taskguided.lessons import claim_status
+
+    sm = toy_model()
+    bob = next(u for u in sm.units if u.statement == "Bob is a pilot at Nordair.")
+    needs = TaskNeeds(task_id="g2", question="What is the job of Bob?", support_ids=("people/bob.md#work",),
+                      claims=(Claim("The job of Bob is pilot.", ("people/bob.md#work",)),
+                              Claim("The father of Bob is Dave.", ("people/bob.md#family",))))
+    scripted.set_script(route({STATUS: lambda p, _: {"claims": [{"claim": 1, "unit_ids": [bob.id]},
+                                                                {"claim": 2, "unit_ids": []}]}}))
+    llm = make_ctx(tmp_path).llm
+    assert asyncio.run(claim_status(llm, sm, SOURCE, needs, set())) == ["in the model", "missing"]
+    assert asyncio.run(claim_status(llm, sm, SOURCE, needs, {bob.id})) == ["represented", "missing"]
+    prompt = calls_with(STATUS)[0]["messages"][-1]["content"]
+    assert f"[{bob.id}]" in prompt  # a unit about the claim's entity is a candidate
+
+
+def test_the_lesson_prompt_carries_each_claims_status(tmp_path):
+    seen: list[str] = []
+
+    def reply(prompt, messages):
+        seen.append(messages[-1]["content"])
+        return {"kind": "preserve", "lesson": "Keep licence rules with their conditions."}
+
+    scripted.set_script(route({LESSON: reply}))
+    asyncio.run(lesson_for(make_ctx(tmp_path).llm, NEEDS, [], SOURCE, False, statuses=["in the model"]))
+    assert "follows the pilot_licence rule. (evidence: people/alice.md#work; in the model: in the model)" in seen[0]
+
+
+def test_a_task_without_needed_claims_yields_no_lesson(tmp_path):
+    scripted.set_script(route({LESSON: lambda p, _: {"kind": "preserve", "lesson": "Keep every rule explicit."}}))
+    needs = TaskNeeds(task_id="g9", question="What is the job of Alice?", support_ids=("people/alice.md#work",),
+                      claims=())
+    lesson, why = asyncio.run(lesson_for(make_ctx(tmp_path).llm, needs, [], SOURCE, True))
+    assert lesson is None and why == "no_needed_evidence" and not calls_with(LESSON)
+
+
+def test_an_empty_pi1_builds_no_mt_and_the_artifact_says_so(tmp_path):
+    """No preference reaches the support threshold: no recalibration, and the artifact reports mt_built False."""
+    from sourcebench.methods.sourcelearn.method import MODEL_FILE, SourceLearn
+
+    script(prefs=[{"text": WEAK_PREF, "lessons": [1], "keeps_item": 0}])
+    mt, ctx = learn(tmp_path)
+    rec = mt.history[-1].stats
+    assert mt.policy == [] and "mt_recalibrate" not in stage_calls(ctx)
+    assert rec["mt_built"] is False and "empty Pi1" in rec["mt_not_built"]
+    mt.save(tmp_path / MODEL_FILE)
+    assert SourceLearn.artifact_stats(tmp_path)["mt_built"] is False
+    script()
+    full, _ = learn(tmp_path / "full")
+    full.save(tmp_path / "full" / MODEL_FILE)
+    assert full.history[-1].stats["mt_built"] is True
+    assert SourceLearn.artifact_stats(tmp_path / "full")["mt_built"] is True
