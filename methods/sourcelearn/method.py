@@ -164,8 +164,9 @@ class SourceLearnBase(Method):
         c = self.config
         return {"source": source.id, "fingerprint": source.fingerprint, "model": ctx.llm.spec.settings(),
                 "embedder": ctx.embedder.name, "version": CONSTRUCT_VERSION,
-                "construct": {"max_per_slot": c.max_per_slot, "prototype_min_entities": c.prototype_min_entities,
-                              "prototype_min_share": c.prototype_min_share,
+                "construct": {"read_budget": c.read_budget, "prototype_min_entities": c.prototype_min_entities,
+                              "prototype_min_share": c.prototype_min_share, "block_total_tokens": c.block_total_tokens,
+                              "block_cap_tokens": c.block_cap_tokens, "block_min_tokens": c.block_min_tokens,
                               "large_source_chars": c.large_source_chars, "seed": c.seed}}
 
     def ms_inputs(self, source: Source, ctx: Context) -> dict[str, Any]:
