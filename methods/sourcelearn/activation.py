@@ -17,6 +17,9 @@ policy (the official answerer shows neither).
 Deviation for small context windows: the rendered notes must also fit what the window leaves after
 evidence, reply and prompt reserve, checked in the solver's own tokens when its provider counts them
 exactly (local models), else chars / 4; B shrinks until they do.
+
+A model with a single region over B is not routed: its map units and the units nearest the question
+are shown while their m_tokens fit (the official lexical mode).
 """
 
 from __future__ import annotations
@@ -311,6 +314,20 @@ async def activate(sm: SourceModel, source: Source, task: Task, ctx: Context, cf
         return full, stats
     if fit.room is not None:
         budget = min(budget, fit.room)  # statements cost less than their rendering: a start, checked below
+    by_region = sm.units_by_region(live)
+    occupied = [r.id for r in sm.regions if by_region.get(r.id)]
+    if len(occupied) <= 1:  # one region: no routing, its units nearest the question (official "lexical")
+        text, shown = lexical_units(view, live, budget, task.question)
+        for _ in range(6):
+            excess = await fit.over(text)
+            if not excess:
+                break
+            n = await fit.count(text)
+            budget = max(0, int(m_tokens(shown) * (n - excess) / max(1, n)) - 16)
+            text, shown = lexical_units(view, live, budget, task.question)
+        stats.update(mode="lexical", regions_loaded=occupied, tokens=m_tokens(shown),
+                     text_tokens=estimate_tokens(text), budget=budget)
+        return text, stats
     required, optional, failed = await route(sm, source, task, live, ctx, max(2000, budget * 4))
     text, loaded, skipped, shown = load_regions(view, live, required + optional, budget, task.question)
     for _ in range(6):  # the rendered notes must also fit the window: shrink B until they do
@@ -324,3 +341,22 @@ async def activate(sm: SourceModel, source: Source, task: Task, ctx: Context, cf
                  regions_loaded=loaded, regions_skipped=skipped, tokens=m_tokens(shown),
                  text_tokens=estimate_tokens(text), budget=budget)
     return text, stats
+
+
+def lexical_units(sm: SourceModel, live: list[Unit], budget: int, question: str) -> tuple[str, list[Unit]]:
+    """A model of one region over B (official lexical Retrieve_M): its map units, then the units
+    sharing most words with the question, then the rest in model order, each taken while its
+    m_tokens fit (a unit that does not fit is passed over); shown in model order."""
+    q = _words(question)
+    maps = [u for u in live if u.role == "map"]
+    rest = [u for u in live if u.role != "map"]
+    ranked = sorted(range(len(rest)), key=lambda i: (-len(q & _words(statement_text(rest[i]))), i))
+    chosen, spent = set(), 0
+    for i in ranked:
+        cost = m_tokens([rest[i]])
+        if spent + cost <= budget:
+            chosen.add(rest[i].id)
+            spent += cost
+    shown = maps + [u for u in rest if u.id in chosen]
+    keep = {u.id for u in shown}
+    return sm.render([u for u in live if u.id in keep]), shown

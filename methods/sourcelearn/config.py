@@ -28,8 +28,7 @@ class SourceLearnConfig(TaskTimeConfig):
     max_refine_units: int = 4  # units written per failed task during local refinement
     max_policy_items: int = 8  # at most this many representation preferences
     min_policy_support: int = 2  # a preference needs this many supporting tasks
-    large_source_chars: int = 100_000  # at or above this (PARTITION_MIN_CHARS): LLM blocks for a flat
-    # source, and each region of a document source gets a soft token budget (block_*_tokens)
+    large_source_chars: int = 100_000  # PARTITION_MIN_CHARS: from here, LLM blocks and soft block budgets
     # -- learning-time retrieval and reading (official defaults; no task-time setting reaches learning, so
     # every variant of one source shares one MS, whatever its top_k: see learn_retrieval.py)
     deepen_k: int = 12  # DEEPEN_K: evidence elements a DEEPEN question retrieves, scoped to the entity's files

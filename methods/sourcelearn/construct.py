@@ -16,12 +16,12 @@ Steps (paper section 4.2, Appendix C.1; the official compiler's write-once desig
    region's entities becomes a regional prototype listing the deviating entities as exceptions
    (matching cells leave the cards); near-duplicate mechanisms of several entities merge into one
    regional mechanism;
-7. an abstraction pass per region (shared rules over >= 2 entities, distinctions, exceptions),
-   admitted mechanically (``admissible``);
+7. an abstraction pass per region over its entities' cards, distinctions and details (shared rules
+   over >= 2 entities, distinctions, exceptions), admitted mechanically (``admissible``);
 8. deduplication of near-identical statements of the same role.
 
 LLM calls: (documents: 1 brief) + regions (maps, plus one block proposal for large flat sources) + per
-entity 1 reading + ceil(claims/8) grounding + per region (>= 4 units over >= 2 entities) 1 abstraction.
+entity 1 reading + ceil(claims/8) grounding + per region (>= 4 entity cards, distinctions, details) 1 abstraction.
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ MIN_EXCERPT = 300
 MERGE_OVERLAP = 0.6  # mechanisms of different entities this similar merge into one regional mechanism
 DEDUP_OVERLAP = 0.8  # statements of one role this similar are duplicates
 ABSTRACT_MIN_UNITS = 4
+ABSTRACT_ROLES = ("card", "distinction", "detail")  # the official pass lists the local level: cards, distinctions, details
 ABSTRACT_MAX_ITEMS = 12
 ABSTRACT_MAX_ANCHORS = 12
 STATEMENT_CHARS = 400
@@ -713,12 +714,12 @@ def admissible(kind: str, cited: list[Unit], statement: str, region_id: str) -> 
 
 async def abstract_region(region: Region, units: list[Unit], names: dict[str, str], brief: str,
                           ctx: Context) -> tuple[list[Unit], set[str], dict]:
-    """Shared rules, distinctions and exceptions over a region's units, admitted mechanically
-    (``admissible``; no LLM gate: their anchors are the union of the cited units' anchors)."""
-    local = [u for u in units if u.role != "map"]
-    scopes = {tuple(u.scope.keys) for u in local if u.scope.kind == "entity"}
+    """Shared rules, distinctions and exceptions over a region's entity-level units (cards,
+    distinctions, details: the official local level; entity mechanisms are regional there), admitted
+    mechanically (``admissible``; no LLM gate: their anchors are the union of the cited units')."""
+    local = [u for u in units if u.scope.kind == "entity" and u.role in ABSTRACT_ROLES]
     st = {"proposed": 0, "rejected": 0, "accepted": 0, "replaced": 0}
-    if len(local) < ABSTRACT_MIN_UNITS or len(scopes) < 2:
+    if len(local) < ABSTRACT_MIN_UNITS:
         return [], set(), st
     listing, budget = [], material_chars(ctx, 1200 + len(ABSTRACT_SYSTEM) // 4)
     for i, u in enumerate(local, 1):

@@ -66,7 +66,9 @@ READINGS = {
     },
     "Dave": {
         "attributes": [_attr("job", "baker", "people/dave.md#work")],
-        "mechanisms": [], "distinctions": [], "decisive_details": [],
+        "mechanisms": [], "decisive_details": [],
+        "distinctions": [{"statement": "Dave works at the Oslo market while the pilots work for Nordair",
+                          "element_ids": ["people/dave.md#work"]}],
     },
 }
 EMPTY_READING = {"attributes": [], "mechanisms": [], "distinctions": [], "decisive_details": []}
@@ -244,6 +246,8 @@ def test_near_duplicate_mechanisms_merge_into_one_regional_mechanism(m0):
 
 
 def test_abstraction_pass_admits_cross_entity_items(m0):
+    """The pass lists the region's entity cards, distinctions and details (4 here: Alice, Bob, Dave's
+    cards and Dave's distinction); places has fewer than 4 and gets no call."""
     sm, ctx = m0
     rules = [u for u in by_role(sm, "pattern") if "Nordair work as pilots" in u.statement]
     assert len(rules) == 1 and rules[0].conditions == ["employer is Nordair"]
