@@ -11,7 +11,13 @@ from helpers import SOURCE, TEST, answer_ctx, dispatch, make_ctx, make_llm, stag
 from sourcebench.harness.data import estimate_tokens
 from sourcebench.harness.llm import ModelSpec
 from sourcebench.harness.providers import scripted
-from sourcebench.methods.sourcelearn.activation import activate, effective_budget, load_cost, m_tokens, without_header
+from sourcebench.methods.sourcelearn.activation import (
+    activate,
+    effective_budget,
+    load_cost,
+    m_tokens,
+    without_header,
+)
 from sourcebench.methods.sourcelearn.config import SourceLearnConfig
 from sourcebench.methods.sourcelearn.model import Anchor, Entity, Region, Scope, SourceModel, Unit
 
@@ -202,7 +208,7 @@ def test_a_region_whose_entity_the_question_names_is_always_a_candidate(tmp_path
     budget = sum(sizes(sm).values()) + 20  # people, places and the global unit fit; the harbour does not
     scripted.set_script(route_reply(["people"], []))  # the router misses the named entity's region
     task = TEST[0].model_copy(update={"question": "Whom does the harbourmaster report to?"})
-    notes, st = run(activate(sm, SOURCE, task, answer_ctx(make_ctx(tmp_path)), SourceLearnConfig(budget_tokens=budget)))
+    _, st = run(activate(sm, SOURCE, task, answer_ctx(make_ctx(tmp_path)), SourceLearnConfig(budget_tokens=budget)))
     assert st["required"] == ["people", "places"] and "places" in st["regions_loaded"]
     prompt = scripted.CALLS[0]["messages"][-1]["content"]
     assert "Exact entity matches: Harbourmaster -> [places]" in prompt

@@ -498,8 +498,7 @@ def test_a_code_entity_is_read_with_its_closure_window(tmp_path):
 def test_abstraction_items_are_admitted_mechanically_without_an_llm_gate(m0):
     from sourcebench.methods.sourcelearn.construct import admissible
 
-    sm, ctx = m0
-    assert not any("Is the claim supported?" in c["messages"][0]["content"]
+    assert m0 and not any("Is the claim supported?" in c["messages"][0]["content"]
                    + c["messages"][-1]["content"] for c in scripted.CALLS)
     a1 = Unit(id="a1", statement="s", role="mechanism", scope=Scope(kind="entity", keys=["Alice"]))
     a2 = a1.model_copy(update={"id": "a2"})
