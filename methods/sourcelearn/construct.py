@@ -149,6 +149,7 @@ class CodeIndex:
     def __init__(self, source: Source, window_chars: int = WINDOW_CHARS):
         self.source, self.window_chars = source, window_chars
         self._mods: dict[str, _Module | None] = {}
+        self._segments: dict[int, str] = {}  # id(node) -> text; the nodes live as long as _mods
         self._files = {e.path: e for e in source.elements if e.kind == "file" and e.path.endswith(".py")}
 
     def module(self, path: str) -> _Module | None:
@@ -180,7 +181,11 @@ class CodeIndex:
         return self._mods[path]
 
     def _segment(self, mod: _Module, node: ast.AST) -> str:
-        return ast.get_source_segment(mod.text, node) or ""
+        """A node's source text, computed once (``ast.get_source_segment`` splits the whole file per call)."""
+        key = id(node)
+        if key not in self._segments:
+            self._segments[key] = ast.get_source_segment(mod.text, node) or ""
+        return self._segments[key]
 
     def window(self, ent: Entity, region: Region) -> list[tuple[str, str, str]]:
         """[(element id, label, full text)]; empty when the entity is not a top-level symbol of a
