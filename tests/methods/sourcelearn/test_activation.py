@@ -232,3 +232,17 @@ def test_the_router_loads_at_most_four_regions(tmp_path):
 
     props = Route.model_json_schema()["properties"]
     assert props["required"]["maxItems"] == props["optional"]["maxItems"] == 4
+
+
+def test_a_one_region_model_over_the_budget_shows_its_nearest_units_without_routing(tmp_path):
+    """Official Retrieve_M, lexical mode: a single region is not routed; maps, then nearest units within B."""
+    sm = toy_model()
+    sm.units = [u for u in sm.units if sm.unit_regions(u) == ["people"]]
+    near = unit("Pilots born in a port city fly from its port", ["people"], ["people/alice.md#work"])
+    about = unit("Who works where in the town " * 30, ["people"], PEOPLE, role="map")
+    sm.units += [near, about]
+    budget = m_tokens([near]) + m_tokens(sm.units[:2])
+    notes, st = run(activate(sm, SOURCE, TEST[0], answer_ctx(make_ctx(tmp_path)), SourceLearnConfig(budget_tokens=budget)))
+    assert st["mode"] == "lexical" and not scripted.CALLS and st["tokens"] <= budget
+    assert "Pilots born in a port city" in notes and "Who works where" in notes  # nearest unit, the map (free)
+    assert "People fact 0:" in notes and "People fact 11:" not in notes
