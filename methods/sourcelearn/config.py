@@ -19,13 +19,16 @@ class SourceLearnConfig(TaskTimeConfig):
     study_actions: int = 20  # K: study actions per cycle
     actions_per_round: int = 5  # actions proposed per planning round
     empty_rounds_stop: int = 2  # stop planning after this many consecutive rounds with no new action
-    max_per_slot: int = 6  # at most this many items per reading slot of an entity (prompt and reply schema)
+    read_budget: int = 6  # READ_BUDGET: mechanisms + distinctions + details of one entity reading, in total
+    block_total_tokens: int = 40_000  # TOTAL_BUDGET: soft size of all block models of a partitioned source
+    block_cap_tokens: int = 6_000  # BLOCK_CAP: most soft budget of one block (its share of the total)
+    block_min_tokens: int = 1_200  # MIN_BLOCK_BUDGET: least soft budget of one block
     prototype_min_entities: int = 3  # folding: a shared value needs this many entities ...
     prototype_min_share: float = 0.6  # ... and this share of the region's entities that have the attribute
     max_refine_units: int = 4  # units written per failed task during local refinement
     max_policy_items: int = 8  # at most this many representation preferences
     min_policy_support: int = 2  # a preference needs this many supporting tasks
-    large_source_chars: int = 100_000  # above this, regions are LLM-proposed blocks
+    large_source_chars: int = 100_000  # PARTITION_MIN_CHARS: from here, LLM blocks and soft block budgets
     # -- learning-time retrieval and reading (official defaults; no task-time setting reaches learning, so
     # every variant of one source shares one MS, whatever its top_k: see learn_retrieval.py)
     deepen_k: int = 12  # DEEPEN_K: evidence elements a DEEPEN question retrieves, scoped to the entity's files

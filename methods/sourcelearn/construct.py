@@ -1,31 +1,36 @@
 """Construct M0: the provisional source model, read once per source and backend.
 
 Steps (paper section 4.2, Appendix C.1; the official compiler's write-once design):
-1. partition the source into entities and regions (``regions.py``);
-2. a short reading brief of the whole source (what it is for, typical questions, main objects,
-   what to ignore), given to every later reading call;
+1. partition the source into entities and regions (``regions.py``); a document source of at least
+   ``large_source_chars`` gives each region a soft token budget (``block_budgets``);
+2. for a document source, a reading brief (user requests, purpose, main objects, reading
+   questions, what to ignore), given to every reading and abstraction call; a code source has none;
 3. per region a map (what it is about, how its entities relate): the routing description;
 4. per entity one entity-centred reading that fills slots (attributes with one element id each,
-   mechanisms, distinctions, decisive details; at most ``max_per_slot`` each). Element ids must be
-   copied verbatim from the material: code keeps only ids that were shown and exist;
+   mechanisms, distinctions, decisive details; at most ``read_budget`` of the last three together,
+   attributes unbounded). A document family is shown as 900-character section excerpts, a code
+   entity as its 16k closure window (``CodeIndex``). Element ids must be copied verbatim from the
+   material: code keeps only ids that were shown and exist;
 5. one batched grounding check per entity drops claims the cited excerpts do not support;
 6. mechanical folding, no LLM: an attribute value shared by >= 3 entities and >= 60% of a
    region's entities becomes a regional prototype listing the deviating entities as exceptions
    (matching cells leave the cards); near-duplicate mechanisms of several entities merge into one
    regional mechanism;
-7. an abstraction pass per region (shared rules, distinctions, exceptions spanning >= 2 entities),
-   each through the grounding gate;
+7. an abstraction pass per region over its entities' cards, distinctions and details (shared rules
+   over >= 2 entities, distinctions, exceptions), admitted mechanically (``admissible``);
 8. deduplication of near-identical statements of the same role.
 
-LLM calls: 1 brief + regions (maps, plus one block proposal for large flat sources) + per entity
-1 reading + ceil(claims/8) grounding + per region 1 abstraction + 1-3 gate calls per abstraction.
+LLM calls: (documents: 1 brief) + regions (maps, plus one block proposal for large flat sources) + per
+entity 1 reading + ceil(claims/8) grounding + per region (>= 4 entity cards, distinctions, details) 1 abstraction.
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import functools
 import re
+import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,20 +44,23 @@ from sourcebench.harness.schema_limits import bounded_list
 from sourcebench.harness.token_budget import fit_to_window
 
 from .config import SourceLearnConfig
-from .grounding import GateStats, gate_batch, gate_unit
+from .grounding import gate_batch
 from .model import Anchor, Attribute, Cited, Entity, Few, Phrase, Region, Scope, SourceModel, Statement, Unit
-from .regions import Partition, partition
+from .regions import EXCERPT_CHARS, GROUP_CHARS, Partition, block_budgets, partition
 from .similarity import NearDuplicates, token_order, tokens_of
 
 if TYPE_CHECKING:
     from sourcebench.harness.method import Context
 
 READ_MAX_TOKENS = 1500
-MATERIAL_CHARS = 24_000  # an entity's material when the model has no declared context window
+MATERIAL_CHARS = 24_000  # material of the other construction prompts when the model declares no window
+WINDOW_CHARS = 16_000  # WINDOW_CHARS: a code entity's closure window, full text
+ATTRIBUTES_MAX = 40  # attributes of one reading: unbounded officially; a decoder's stop only
 MIN_EXCERPT = 300
 MERGE_OVERLAP = 0.6  # mechanisms of different entities this similar merge into one regional mechanism
 DEDUP_OVERLAP = 0.8  # statements of one role this similar are duplicates
 ABSTRACT_MIN_UNITS = 4
+ABSTRACT_ROLES = ("card", "distinction", "detail")  # the official pass lists the local level: cards, distinctions, details
 ABSTRACT_MAX_ITEMS = 12
 ABSTRACT_MAX_ANCHORS = 12
 STATEMENT_CHARS = 400
@@ -77,22 +85,26 @@ def clip(text: str, n: int = STATEMENT_CHARS) -> str:
     return text if len(text) <= n else text[: n - 3].rstrip() + "..."
 
 
-def material_chars(ctx: Context, reserve_tokens: int) -> int:
-    """Characters of source material that fit the model's window after the prompt and the reply
-    (at the source's measured characters per token, see harness.token_budget)."""
+def material_chars(ctx: Context, reserve_tokens: int, cap: int = MATERIAL_CHARS) -> int:
+    """Characters of source material (at most ``cap``) that fit the model's window after the prompt
+    and the reply (at the source's measured characters per token, see harness.token_budget)."""
     window = ctx.llm.spec.effective_context_window()
     if not window:
-        return MATERIAL_CHARS
-    return max(800, min(MATERIAL_CHARS, int((window - reserve_tokens) * ctx.llm.chars_per_token * 0.85)))
+        return cap
+    return max(800, min(cap, int((window - reserve_tokens) * ctx.llm.chars_per_token * 0.85)))
 
 
-def render_material(elements: list[Element], max_chars: int) -> tuple[str, list[str]]:
-    """Bracketed-id material, truncated deterministically: equal shares, then drop the tail."""
-    total = sum(len(e.text) for e in elements)
+def render_material(elements: list[Element], max_chars: int, excerpt: int | None = None) -> tuple[str, list[str]]:
+    """Bracketed-id material, each element cut to ``excerpt`` characters when given (a document
+    reading's 900), then truncated deterministically to ``max_chars``: equal shares, then drop the tail."""
+    def text(e: Element) -> str:
+        return e.text if excerpt is None else e.text[:excerpt]
+
+    total = sum(len(text(e)) for e in elements)
     share = None if total <= max_chars else max(MIN_EXCERPT, max_chars // max(1, len(elements)))
     parts, shown, size = [], [], 0
     for e in elements:
-        body = e.text if share is None else e.excerpt(share)
+        body = text(e) if share is None else text(e)[:share]
         block = f"[{e.id}] {e.title}\n{body}"
         if shown and size + len(block) > max_chars:
             break
@@ -103,8 +115,8 @@ def render_material(elements: list[Element], max_chars: int) -> tuple[str, list[
 
 
 def reading_elements(ent: Entity, source: Source) -> list[Element]:
-    """What is read for an entity: its elements, minus those whose text another shown one contains
-    (a module file contains its symbols; a class contains its methods)."""
+    """What is read for an entity without a closure window: its elements, minus those whose text
+    another shown one contains (a module file contains its symbols; a class contains its methods)."""
     els = [el for el in (source.element(i) for i in ent.element_ids) if el is not None]
     whole = [e for e in els if e.kind == "file"]
     if whole:
@@ -114,12 +126,150 @@ def reading_elements(ent: Entity, source: Source) -> list[Element]:
     return els
 
 
+@dataclass
+class _Module:
+    """What a closure window needs of one parsed Python file."""
+
+    defs: dict[str, ast.AST]  # top-level functions and classes
+    consts: dict[str, ast.AST]  # top-level assignments, by target name
+    imports: set[str]  # names bound by ``from x import name``
+    text: str
+
+
+def _used_names(node: ast.AST) -> list[str]:
+    return list(dict.fromkeys(n.id for n in ast.walk(node) if isinstance(n, ast.Name)))
+
+
+class CodeIndex:
+    """Closure windows of code entities (official ``build_window``): the entity's own code, the
+    same-module functions, classes and constants it reaches transitively, then one hop into other
+    modules of its region that define a class it imports; full text, at most ``WINDOW_CHARS``.
+    Each file is parsed once per construction."""
+
+    def __init__(self, source: Source, window_chars: int = WINDOW_CHARS):
+        self.source, self.window_chars = source, window_chars
+        self._mods: dict[str, _Module | None] = {}
+        self._segments: dict[int, str] = {}  # id(node) -> text; the nodes live as long as _mods
+        self._files = {e.path: e for e in source.elements if e.kind == "file" and e.path.endswith(".py")}
+
+    def module(self, path: str) -> _Module | None:
+        if path not in self._mods:
+            el = self._files.get(path)
+            mod = None
+            if el is not None:
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        tree = ast.parse(el.text)
+                except (SyntaxError, ValueError, RecursionError):
+                    tree = None
+                if tree is not None:
+                    defs: dict[str, ast.AST] = {}
+                    consts: dict[str, ast.AST] = {}
+                    imports: set[str] = set()
+                    for n in tree.body:
+                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                            defs[n.name] = n
+                        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
+                            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
+                                if isinstance(t, ast.Name):
+                                    consts[t.id] = n
+                        elif isinstance(n, ast.ImportFrom) and n.module:
+                            imports.update(a.asname or a.name for a in n.names)
+                    mod = _Module(defs, consts, imports, el.text)
+            self._mods[path] = mod
+        return self._mods[path]
+
+    def _segment(self, mod: _Module, node: ast.AST) -> str:
+        """A node's source text, computed once (``ast.get_source_segment`` splits the whole file per call)."""
+        key = id(node)
+        if key not in self._segments:
+            self._segments[key] = ast.get_source_segment(mod.text, node) or ""
+        return self._segments[key]
+
+    def window(self, ent: Entity, region: Region) -> list[tuple[str, str, str]]:
+        """[(element id, label, full text)]; empty when the entity is not a top-level symbol of a
+        parsable module, or is itself longer than the window (the official window is then empty
+        and the entity unread; here it is read from its own elements, cut to fit)."""
+        first = self.source.element(ent.element_ids[0]) if ent.element_ids else None
+        if first is None or first.kind != "symbol" or "." in first.title:
+            return []
+        path, name = first.path, first.title
+        mod = self.module(path)
+        if mod is None or name not in mod.defs:
+            return []
+        pieces: list[tuple[str, str, str]] = []
+        size = 0
+
+        def eid(p: str, n: str | None) -> str:
+            cand = f"{p}#{n}" if n else p
+            return cand if self.source.element(cand) is not None else p
+
+        def add(p: str, n: str | None, text: str) -> bool:
+            nonlocal size
+            if not text or size + len(text) > self.window_chars:
+                return False
+            pieces.append((eid(p, n), f"{p}:{n or '(module)'}", text))
+            size += len(text)
+            return True
+
+        queue, done = [name], set()
+        while queue:
+            cur = queue.pop(0)
+            if cur in done:
+                continue
+            done.add(cur)
+            node = mod.defs.get(cur)
+            if node is None:
+                continue
+            if not add(path, cur, self._segment(mod, node)):
+                break
+            for used in _used_names(node):
+                if used in mod.defs:
+                    queue.append(used)
+                elif used in mod.consts and used not in done:
+                    done.add(used)
+                    add(path, None, self._segment(mod, mod.consts[used]))
+        wanted = sorted({u for n in done if n in mod.defs for u in _used_names(mod.defs[n]) if u in mod.imports})
+        if wanted:
+            files = sorted({i.split("#", 1)[0] for i in region.element_ids} - {path})
+            for other in files:
+                if not other.endswith(".py"):
+                    continue
+                m2 = self.module(other)
+                if m2 is None:
+                    continue
+                for w in wanted:
+                    if w in m2.defs and isinstance(m2.defs[w], ast.ClassDef):
+                        add(other, w, self._segment(m2, m2.defs[w]))
+        return pieces
+
+
+def render_window(pieces: list[tuple[str, str, str]], max_chars: int) -> tuple[str, list[str]]:
+    """A closure window as material: each piece whole, in window order, while it fits ``max_chars``
+    (the entity itself is cut to fit when it alone does not)."""
+    parts, shown, size = [], [], 0
+    for i, (eid, label, text) in enumerate(pieces):
+        block = f"[{eid}]  # {label}\n{text}"
+        if size + len(block) > max_chars:
+            if i:
+                break
+            block = block[:max(MIN_EXCERPT, max_chars)]
+        parts.append(block)
+        shown.append(eid)
+        size += len(block) + 2
+    return "\n\n".join(parts), list(dict.fromkeys(shown))
+
+
 # -- structured replies ------------------------------------------------------------------------
 class ReadingBrief(BaseModel):
-    purpose: Statement = Field(description="what the source is for, in one or two sentences")
-    scenarios: bounded_list(Phrase, 6) = Field(description="kinds of questions or tasks the source will be used for")
-    main_objects: bounded_list(Phrase, 6) = Field(description="the main kinds of things the source describes")
-    ignore: bounded_list(Phrase, 6) = Field(description="content that is noise for those tasks")
+    scenarios: bounded_list(Phrase, 8) = Field(description="5-8 typical requests a user of the source would bring, "
+                                                            "phrased as they would ask them")
+    purpose: Statement = Field(description="what the source is and what it is used for, concretely")
+    main_objects: bounded_list(Phrase, 8) = Field(description="what the knowledge is organised around and how it is grouped")
+    reading_questions: bounded_list(Phrase, 8) = Field(description="5-8 concrete questions to answer while reading each "
+                                                                   "part, each naming the scenario it serves")
+    ignore: bounded_list(Phrase, 5) = Field(description="3-5 kinds of content that should usually stay out of the model")
 
 
 class RegionMap(BaseModel):
@@ -152,12 +302,14 @@ class EntityReading(BaseModel):
 
 
 @functools.lru_cache(maxsize=16)
-def reading_schema(per_slot: int) -> type[EntityReading]:
-    """The reading reply with at most ``per_slot`` items per slot in its schema (the number the
-    prompt asks for), so a constrained decoder stops a slot there instead of repeating an item."""
-    bounded = {name: (bounded_list(info.annotation.__args__[0], per_slot), Field(default_factory=list))  # type: ignore[union-attr]
+def reading_schema(budget: int) -> type[EntityReading]:
+    """The reading reply with list bounds in its schema, so a constrained decoder stops a list instead
+    of repeating an item: no statement slot can hold more than the whole ``budget`` (which the prompt
+    sets for the three together), attributes at most ``ATTRIBUTES_MAX``."""
+    bounded = {name: (bounded_list(info.annotation.__args__[0], ATTRIBUTES_MAX if name == "attributes" else budget),  # type: ignore[union-attr]
+                      Field(default_factory=list))
                for name, info in EntityReading.model_fields.items()}
-    return create_model(f"EntityReading{per_slot}", __base__=EntityReading, **bounded)  # type: ignore[call-overload]
+    return create_model(f"EntityReading{budget}", __base__=EntityReading, **bounded)  # type: ignore[call-overload]
 
 
 class AbstractItem(BaseModel):
@@ -174,9 +326,15 @@ class Abstraction(BaseModel):
 
 # -- prompts (own wording; facts from the paper's Appendix C.1) ----------------------------------
 BRIEF_SYSTEM = (
-    "You are about to study a knowledge source in depth. Before reading it entity by entity, write a short "
-    "reading brief: what the source is for, the kinds of questions or tasks it will serve, the main kinds of "
-    "objects it describes, and what content is noise for those tasks. Be concrete and brief."
+    "A knowledge source is about to be compiled into a compact source model that an assistant keeps in context "
+    "while using the source. Before reading it entity by entity, skim the material below and write a reading "
+    "instruction for that compilation: how to read it, not a summary and not a plan. First imagine who uses the "
+    "source and list 5-8 typical requests they bring to it (requests only, no answers); everything else follows "
+    "from them. Then say what the source is and what it is used for; what the knowledge should be organised "
+    "around and how those objects are grouped; 5-8 concrete reading questions the compiler can answer directly "
+    "while reading each part (such as 'which inputs does X reject' or 'which entities share rule Y, and which "
+    "are exceptions'), each naming the request it serves; and 3-5 kinds of content that usually should not "
+    "enter the model. Every line specific enough to act on; no vague phrases such as 'important details'."
 )
 
 MAP_SYSTEM = (
@@ -196,11 +354,30 @@ READ_SYSTEM = (
     "- distinctions: things a reader could confuse and must keep apart; cite element ids.\n"
     "- decisive_details: the few remaining facts that would change an answer, a boundary, an exception or a "
     "decision; rarity alone does not qualify. One element id each.\n"
-    "At most {n} entries per slot; fewer, structural entries are better. Copy element ids exactly as they "
-    "appear in [brackets] in the material and never make one up. The raw source stays available when questions "
-    "are answered, so skip facts a reader can simply look up, and keep constraints, mechanisms, shared rules, "
-    "exceptions and distinctions.\nModeling instruction: " + MODELING_INSTRUCTION
+    "Fewer, structural entries are better. Copy element ids exactly as they appear in [brackets] in the material "
+    "and never make one up. The raw source stays available when questions are answered, so skip facts a reader "
+    "can simply look up, and keep constraints, mechanisms, shared rules, exceptions and distinctions.\n"
+    "Modeling instruction: " + MODELING_INSTRUCTION
 )
+
+BUDGET_NOTE = ("\nBudget: mechanisms, distinctions and decisive_details together hold at most {n} entries for this "
+               "entity (attributes are not counted); keep the ones a reader would otherwise get wrong.")
+SOFT_BUDGET_NOTE = ("\nSize target (soft; you judge what earns a place): the model of this whole block should stay "
+                    "near {block:,} tokens over its {n} entities, about {per} tokens for this entity: its attributes "
+                    "and some {k} short statements. Spend them on reusable structure (rules, conditions, exceptions, "
+                    "distinctions, procedures) and leave look-up values to the raw source.")
+
+
+def budget_note(read_budget: int, block_tokens: int = 0, entities: int = 0) -> str:
+    """The reading prompt's budget lines (official ``budget_note``): the entry budget, plus the
+    block's soft token target when the source was partitioned with budgets."""
+    hard = BUDGET_NOTE.format(n=read_budget) if read_budget else ""
+    if not (block_tokens and entities):
+        return hard
+    per = max(120, block_tokens // entities)
+    k = max(2, min(read_budget or 8, per // 45))
+    return hard + SOFT_BUDGET_NOTE.format(block=block_tokens, n=entities, per=per, k=k)
+
 
 ABSTRACT_SYSTEM = (
     "Below are the numbered units of ONE region of a source model, each with the entity it is about. Find what "
@@ -239,8 +416,11 @@ class EntityResult:
     failed: str = ""
 
 
-def claims_from_reading(reading: EntityReading, shown: list[str], n: int) -> tuple[list[Claim], int, int]:
-    """Claims whose ids were shown verbatim; returns (claims, proposed, dropped for invalid ids)."""
+def claims_from_reading(reading: EntityReading, shown: list[str]) -> tuple[list[Claim], int, int]:
+    """Claims whose ids were shown verbatim; returns (claims, proposed, dropped for invalid ids).
+
+    Nothing is cut by count: the entry budget is the prompt's (and the schema's, for a decoder), as
+    in the official reader, whose budget is an instruction and attributes are unbounded."""
     ok = set(shown)
 
     def keep(ids: list[str]) -> list[str]:
@@ -248,7 +428,7 @@ def claims_from_reading(reading: EntityReading, shown: list[str], n: int) -> tup
 
     claims: list[Claim] = []
     proposed = bad = 0
-    for a in reading.attributes[:n]:
+    for a in reading.attributes:
         proposed += 1
         ids, name, value = keep([a.element_id]), norm_name(a.name), clip(a.value, 200)
         if ids and name and value:
@@ -256,7 +436,7 @@ def claims_from_reading(reading: EntityReading, shown: list[str], n: int) -> tup
         else:
             bad += 1
     for slot, items in (("mechanism", reading.mechanisms), ("distinction", reading.distinctions)):
-        for m in items[:n]:
+        for m in items:
             proposed += 1
             ids = keep(m.element_ids)
             if ids and m.statement.strip():
@@ -264,7 +444,7 @@ def claims_from_reading(reading: EntityReading, shown: list[str], n: int) -> tup
                 claims.append(Claim(slot, clip(m.statement), ids, conditions=conds))  # type: ignore[arg-type]
             else:
                 bad += 1
-    for d in reading.decisive_details[:n]:
+    for d in reading.decisive_details:
         proposed += 1
         ids = keep([d.element_id])
         if ids and d.statement.strip():
@@ -275,29 +455,42 @@ def claims_from_reading(reading: EntityReading, shown: list[str], n: int) -> tup
 
 
 async def read_entity(ent: Entity, region: Region, brief: str, source: Source, ctx: Context,
-                      cfg: SourceLearnConfig) -> EntityResult:
-    """One reading call, then one batched grounding check over everything it claimed."""
-    system = READ_SYSTEM.format(n=cfg.max_per_slot) + (f"\n\nReading brief for this source:\n{brief}" if brief else "")
+                      cfg: SourceLearnConfig, *, code: CodeIndex | None = None, block_tokens: int = 0,
+                      block_entities: int = 0) -> EntityResult:
+    """One reading call, then one batched grounding check over everything it claimed.
+
+    A code entity is read through its closure window (``CodeIndex``), a document family as
+    900-character section excerpts; the prompt carries the entry budget, the block's soft token
+    target when it has one, and the reading brief when the source has one."""
+    system = (READ_SYSTEM + budget_note(cfg.read_budget, block_tokens, block_entities)
+              + (f"\n\nReading brief for this source (follow it when deciding what to keep and what to skip):\n{brief}"
+                 if brief else ""))
     reserve = READ_MAX_TOKENS + (len(system) + 200) // 4
-    elements = reading_elements(ent, source)
+    pieces = code.window(ent, region) if code is not None else []
+    elements = [] if pieces else reading_elements(ent, source)
+    documents = source.kind != "code"
 
     def build(budget: int) -> tuple[tuple[list[Message], list[str]], list[Message]]:
-        text, shown = render_material(elements, budget)
+        if pieces:
+            text, shown = render_window(pieces, budget)
+        else:
+            text, shown = render_material(elements, budget, EXCERPT_CHARS if documents else None)
         user = f"Entity: {ent.name}\nRegion: {region.title}\n\nMaterial:\n{text}"
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         return (msgs, shown), msgs
 
-    msgs, shown = await fit_to_window(ctx.llm, build, material_chars(ctx, reserve), READ_MAX_TOKENS)
+    cap = WINDOW_CHARS + 2_000 if pieces else (GROUP_CHARS if documents else MATERIAL_CHARS)
+    msgs, shown = await fit_to_window(ctx.llm, build, material_chars(ctx, reserve, cap), READ_MAX_TOKENS)
     out = EntityResult(ent)
     if not shown:
         out.failed = "no material"
         return out
-    res = await ctx.llm.structured(msgs, reading_schema(cfg.max_per_slot), stage="construct_read", max_tokens=READ_MAX_TOKENS,
+    res = await ctx.llm.structured(msgs, reading_schema(cfg.read_budget), stage="construct_read", max_tokens=READ_MAX_TOKENS,
                                    choices={"element_id": shown, "element_ids": shown})  # ids copied verbatim
     if res.failed or res.value is None:
         out.failed = res.error[:200] or "reading failed"
         return out
-    claims, out.proposed, out.bad_ids = claims_from_reading(res.value, shown, cfg.max_per_slot)  # type: ignore[arg-type]
+    claims, out.proposed, out.bad_ids = claims_from_reading(res.value, shown)  # type: ignore[arg-type]
     if claims:
         subject = f"{ent.name} — "
         verdicts = await gate_batch(ctx.llm, [(subject + c.text if c.slot == "attribute" else c.text, c.ids)
@@ -513,13 +706,25 @@ def is_vague(statement: str) -> bool:
     return bool(_VAGUE.search(statement)) and not _DIRECTION.search(statement)
 
 
-async def abstract_region(region: Region, units: list[Unit], names: dict[str, str], brief: str, source: Source,
-                          ctx: Context, stats: GateStats) -> tuple[list[Unit], set[str], dict]:
-    """Shared rules, distinctions and exceptions across >= 2 entities; each passes the grounding gate."""
-    local = [u for u in units if u.role != "map"]
-    scopes = {tuple(u.scope.keys) for u in local if u.scope.kind == "entity"}
+def admissible(kind: str, cited: list[Unit], statement: str, region_id: str) -> bool:
+    """Mechanical admission of an abstraction item (official ``abstraction_pass``): a statement that
+    is not vague, resting on listed units; a shared rule on units of >= 2 entities, a distinction on
+    >= 2 units, an exception on >= 1."""
+    if not statement or not cited or is_vague(statement):
+        return False
+    if kind == "shared_rule":
+        return len({u.scope.keys[0] if u.scope.kind == "entity" else f"region:{region_id}" for u in cited}) >= 2
+    return len(cited) >= (2 if kind == "distinction" else 1)
+
+
+async def abstract_region(region: Region, units: list[Unit], names: dict[str, str], brief: str,
+                          ctx: Context) -> tuple[list[Unit], set[str], dict]:
+    """Shared rules, distinctions and exceptions over a region's entity-level units (cards,
+    distinctions, details: the official local level; entity mechanisms are regional there), admitted
+    mechanically (``admissible``; no LLM gate: their anchors are the union of the cited units')."""
+    local = [u for u in units if u.scope.kind == "entity" and u.role in ABSTRACT_ROLES]
     st = {"proposed": 0, "rejected": 0, "accepted": 0, "replaced": 0}
-    if len(local) < ABSTRACT_MIN_UNITS or len(scopes) < 2:
+    if len(local) < ABSTRACT_MIN_UNITS:
         return [], set(), st
     listing, budget = [], material_chars(ctx, 1200 + len(ABSTRACT_SYSTEM) // 4)
     for i, u in enumerate(local, 1):
@@ -528,9 +733,9 @@ async def abstract_region(region: Region, units: list[Unit], names: dict[str, st
             break
         listing.append(line)
     local = local[: len(listing)]
-    user = (f"Region: {region.title}\n" + (f"Reading brief: {brief}\n" if brief else "") + "\nUnits:\n"
-            + "\n".join(listing))
-    res = await ctx.llm.structured([{"role": "system", "content": ABSTRACT_SYSTEM}, {"role": "user", "content": user}],
+    system = ABSTRACT_SYSTEM + (f"\n\nReading brief for this source:\n{brief[:3000]}" if brief else "")
+    user = f"Region: {region.title}\n\nUnits:\n" + "\n".join(listing)
+    res = await ctx.llm.structured([{"role": "system", "content": system}, {"role": "user", "content": user}],
                                    Abstraction, stage="construct_abstract", max_tokens=1200)
     if res.failed or res.value is None:
         st["failed"] = 1
@@ -541,20 +746,14 @@ async def abstract_region(region: Region, units: list[Unit], names: dict[str, st
     for item in res.value.items[:ABSTRACT_MAX_ITEMS]:  # type: ignore[union-attr]
         st["proposed"] += 1
         cited = [local[n - 1] for n in dict.fromkeys(item.units) if 1 <= n <= len(local)]
-        spans = {u.scope.keys[0] if u.scope.kind == "entity" else f"region:{region.id}" for u in cited}
         stmt = clip(item.statement)
-        if not stmt or len(spans) < 2 or is_vague(stmt):
+        if not admissible(item.kind, cited, stmt, region.id):
             st["rejected"] += 1
             continue
         role = {"shared_rule": "pattern", "distinction": "distinction", "exception": "exception"}[item.kind]
         anchors = _anchor_union([u.anchors + [a.anchor for a in u.attributes] for u in cited])[:ABSTRACT_MAX_ANCHORS]
-        cand = Unit(id=SourceModel.unit_id(stmt, role, scope), statement=stmt, role=role, scope=scope,  # type: ignore[arg-type]
+        unit = Unit(id=SourceModel.unit_id(stmt, role, scope), statement=stmt, role=role, scope=scope,  # type: ignore[arg-type]
                     conditions=[clip(c, 200) for c in item.conditions if c.strip()], anchors=anchors)
-        gate = await gate_unit(ctx.llm, cand, source, stage="construct_ground", stats=stats)
-        if gate.unit is None:
-            st["rejected"] += 1
-            continue
-        unit = gate.unit.model_copy(update={"id": SourceModel.unit_id(gate.unit.statement, role, scope)})
         if item.kind == "shared_rule":
             cited_ids = {u.id for u in cited}
             gone = [local[n - 1].id for n in item.replaces if 1 <= n <= len(local)
@@ -582,11 +781,12 @@ def apply_abstractions(units: list[Unit], results: list[tuple[list[Unit], set[st
 # -- brief and maps ----------------------------------------------------------------------------
 def render_brief(b: ReadingBrief) -> str:
     parts = [clip(b.purpose, 400)]
-    for label, xs in (("Typical questions", b.scenarios), ("Main objects", b.main_objects), ("Ignore", b.ignore)):
-        xs = [clip(x, 120) for x in xs if x.strip()][:6]
+    for label, xs, n in (("User requests", b.scenarios, 8), ("Main objects", b.main_objects, 8),
+                         ("Reading questions", b.reading_questions, 8), ("Usually ignore", b.ignore, 5)):
+        xs = [clip(x, 160) for x in xs if x.strip()][:n]
         if xs:
             parts.append(f"{label}: " + "; ".join(xs) + ".")
-    return " ".join(p for p in parts if p)
+    return "\n".join(p for p in parts if p)
 
 
 def source_digest(source: Source, part: Partition, max_chars: int) -> str:
@@ -610,6 +810,10 @@ def source_digest(source: Source, part: Partition, max_chars: int) -> str:
 
 
 async def write_brief(source: Source, part: Partition, ctx: Context) -> str:
+    """The reading brief of a document source; a code source gets none (the official pipeline writes
+    the brief for documents only: code entities are its public symbols, found without one)."""
+    if source.kind == "code":
+        return ""
     digest = source_digest(source, part, material_chars(ctx, 600))
     res = await ctx.llm.structured([{"role": "system", "content": BRIEF_SYSTEM}, {"role": "user", "content": digest}],
                                    ReadingBrief, stage="construct_brief", max_tokens=500)
@@ -628,10 +832,11 @@ def region_listing(region: Region, entities: list[Entity], source: Source, max_c
     return "\n".join(lines)
 
 
-async def map_region(region: Region, entities: list[Entity], brief: str, source: Source,
+async def map_region(region: Region, entities: list[Entity], source: Source,
                      ctx: Context) -> tuple[list[Unit], str]:
-    """Map units of a region (about + relations) and its routing description."""
-    user = (f"Region: {region.title}\n" + (f"Reading brief: {brief}\n" if brief else "")
+    """Map units of a region (about + relations) and its routing description (structure only: the
+    official map prompt does not see the reading brief)."""
+    user = (f"Region: {region.title}\n"
             + f"\nEntities and their sections:\n{region_listing(region, entities, source, material_chars(ctx, 800))}")
     res = await ctx.llm.structured([{"role": "system", "content": MAP_SYSTEM}, {"role": "user", "content": user}],
                                    RegionMap, stage="construct_regions", max_tokens=500)
@@ -657,14 +862,6 @@ async def map_region(region: Region, entities: list[Entity], brief: str, source:
 
 
 # -- orchestration -----------------------------------------------------------------------------
-def merge_gate_stats(parts: list[GateStats]) -> dict[str, Any]:
-    total = GateStats()
-    for g in parts:
-        for k, v in g.__dict__.items():
-            setattr(total, k, getattr(total, k) + v)
-    return total.as_dict()
-
-
 async def _bounded(sem: asyncio.Semaphore, coro):
     async with sem:
         return await coro
@@ -682,14 +879,18 @@ async def construct(source: Source, ctx: Context, cfg: SourceLearnConfig) -> Sou
     for e in part.entities:
         by_region[e.region].append(e)
     regions = {r.id: r for r in sm.regions}
+    budgets = block_budgets(source, sm.regions, cfg)
+    code = CodeIndex(source) if source.kind == "code" else None
 
-    maps = await asyncio.gather(*[_bounded(sem, map_region(r, by_region[r.id], sm.brief, source, ctx))
-                                  for r in sm.regions])
+    maps = await asyncio.gather(*[_bounded(sem, map_region(r, by_region[r.id], source, ctx)) for r in sm.regions])
     for r, (_, desc) in zip(sm.regions, maps):
         r.description = desc
-    reads = await asyncio.gather(*[_bounded(sem, read_entity(e, regions[e.region], sm.brief, source, ctx, cfg))
+    reads = await asyncio.gather(*[_bounded(sem, read_entity(e, regions[e.region], sm.brief, source, ctx, cfg, code=code,
+                                                             block_tokens=budgets.get(e.region, 0),
+                                                             block_entities=len(by_region[e.region])))
                                    for e in part.entities])
     stats: dict[str, Any] = {"partition": part.stats, "entities": len(part.entities), "regions": len(sm.regions),
+                             "block_budgets": budgets,
                              "read_failed": sum(1 for r in reads if r.failed),
                              "claims_proposed": sum(r.proposed for r in reads),
                              "claims_bad_ids": sum(r.bad_ids for r in reads),
@@ -703,16 +904,14 @@ async def construct(source: Source, ctx: Context, cfg: SourceLearnConfig) -> Sou
     stats["folding"] = dict(fold)
 
     names = {e.key: e.name for e in part.entities}
-    gates = [GateStats() for _ in sm.regions]  # one per region, merged in region order (deterministic)
-    by_region = sm.units_by_region(units)
+    by_unit_region = sm.units_by_region(units)
     abstracted = await asyncio.gather(*[
-        _bounded(sem, abstract_region(r, by_region.get(r.id, []), names, sm.brief, source, ctx, g))
-        for r, g in zip(sm.regions, gates)])
+        _bounded(sem, abstract_region(r, by_unit_region.get(r.id, []), names, sm.brief, ctx)) for r in sm.regions])
     units = apply_abstractions(units, [(new, replaced) for new, replaced, _ in abstracted])
     abst: Counter = Counter()
     for _, _, st in abstracted:
         abst.update(st)
-    stats["abstraction"] = {**dict(abst), "gate": merge_gate_stats(gates)}
+    stats["abstraction"] = dict(abst)
 
     units, stats["dedup_dropped"] = dedup(units, place=lambda u: tuple(sm.unit_regions(u)))
     sm.add_all(units)

@@ -67,7 +67,9 @@ __all__ = [
 # retrieval (tiers, code windows, DEEPEN 12 / CONNECT 10), 3 observations per question, the structure gate
 # self-study 11: two consecutive idle rounds stop the study, the planner's per-entity digest and cross-entity
 # units, the official units shown to inspection and study, a per-file cap of 3 on every source's study retrieval
-CONSTRUCT_VERSION = "6"
+# construct 7: the official reading (budget of 6 in total, 900-character excerpts in 60k batches, code closure
+# windows, soft block budgets, the brief with reading questions for documents only) and mechanical abstraction
+CONSTRUCT_VERSION = "7"
 SELFSTUDY_VERSION = "11"
 MODEL_FILE = "model.json"
 STATS_FILE = "stats.json"
@@ -77,8 +79,22 @@ DEVIATIONS = [
      "then alphabetical, ~10 entities) instead of LLM-proposed ones; LLM blocks are used at >= 100k characters."),
     ("Code entities are public top-level symbols (a class with its methods) plus modules defining none; test "
      "files are not read at construction (they stay retrievable by Hybrid RAG), as in the official compiler."),
-    ("Document families longer than 16k characters are read as consecutive parts; an entity's material is "
-     "truncated deterministically (equal shares per element, then the tail) to fit the model's context window."),
+    ("A document family whose 900-character section excerpts exceed one reading (GROUP_CHARS, 60,000 characters "
+     "of whole files) becomes one entity per reading, each with its own card (official: the readings of one family "
+     "fill one entity's cells); the reading's material is truncated deterministically (equal shares per element, "
+     "then the tail) only to fit a declared context window."),
+    ("A code entity is read through its closure window (official build_window, 16,000 characters); a symbol "
+     "larger than the window, for which the official window is empty and the entity goes unread, is read from its "
+     "own text cut to fit. Modules without public symbols are read whole (official: not entities)."),
+    ("Reading replies carry list bounds in their schema for constrained decoders: each of mechanisms, "
+     "distinctions and decisive_details at most the whole reading budget (6; the prompt sets the budget for the "
+     "three together, as officially, and nothing is cut in code), attributes at most 40 (official: unbounded)."),
+    ("Partitioning: a document source of >= large_source_chars with folders keeps its folders as regions (a folder "
+     "of more than 30 entities split into LLM blocks) instead of one LLM partition of the whole source; every "
+     "region of such a source gets the official soft token budget (its character share of 40,000 tokens within "
+     "[1,200, 6,000]), told to each reading of the region with the region's entity count."),
+    ("Abstraction: a shared rule's 'replaces' never removes a card (official: any cited local unit); a card's "
+     "cells are folded mechanically, and a rule replacing a card would drop values no rule states."),
     ("Small context windows, learning: prompts budget source material at the source's own characters per token "
      "(median over its elements in the model's tokenizer when the provider counts exactly, at most 4), and the "
      "entity reading and inspection prompts are rebuilt with less material while they overflow the window in the "
@@ -87,9 +103,18 @@ DEVIATIONS = [
      "rewrite's evidence; a rewrite's reply takes at most a third of a declared window (8,192 tokens: 15 units "
      "of the official 60). With no declared window the official sizes hold (the grounder's 6,000 characters per "
      "cited element, at most 60,000 per prompt; 60,000 characters of evidence per rewrite)."),
-    ("Small context windows: the activation budget is min(B, window - evidence - reply - prompt reserve), in the "
-     "solver's own tokens when its provider counts them exactly (local models), else chars / 4."),
-    "If the router call fails, regions are ordered by word overlap between the question and routing cards.",
+    ("Small context windows: besides B (in official m_tokens), the rendered notes must fit what the window leaves "
+     "after evidence, reply and prompt reserve, in the solver's own tokens when its provider counts them exactly "
+     "(local models), else chars / 4; B shrinks until they do."),
+    ("If the router call fails, regions are ordered by word overlap between the question and routing cards, "
+     "regions of entities the question names first (official: the row fails)."),
+    ("Answer prompt: the notes are given to the benchmark's shared answer prompt, which every method uses, so they "
+     "come before the Hybrid RAG excerpts (official: excerpts, then the model) and are laid out by region "
+     "('## Region title' and '- [role] statement' lines; official: '- [unit id] statement | scope | conditions'). "
+     "Kept so every method on a benchmark answers through the same prompt; the effect of the order is not "
+     "measured."),
+    ("Units with no region (learned cross-source units) are loaded first when routing, as their own block; the "
+     "official model has none."),
     ("Self-study planning: after a round whose proposals were all refused (repeats, unknown keys), the next round "
      "is told which were refused and lists already-studied entities last in its digest; with greedy decoding the "
      "unchanged prompt would repeat the refused reply (from the call cache, even) and end the cycle early. The "
@@ -103,7 +128,7 @@ DEVIATIONS = [
      "seed and evaluates nothing; SourceBench evaluates the model task learning reached (M_local, or MS without "
      "failure-guided refinement), not recalibrated, and marks it: mt_built false with the reason in the MT stage "
      "record, in the artifact's stats.json and in artifact_stats, so a table can tell such a seed from a real MT."),
-    "Construction grounding and the abstraction gate use the backend model itself (as the official code does).",
+    "Construction grounding uses the backend model itself (as the official code does).",
     ("Lessons: the domain vocabulary exempt from the restatement check is counted over the split's guidance "
      "questions (official: every question of the source, test questions included; the learner here sees no test "
      "question). Content words drop a generic English stop list (the official list also holds words of its "
@@ -176,8 +201,9 @@ class SourceLearnBase(Method):
         c = self.config
         return {"source": source.id, "fingerprint": source.fingerprint, "model": ctx.llm.spec.settings(),
                 "embedder": ctx.embedder.name, "version": CONSTRUCT_VERSION,
-                "construct": {"max_per_slot": c.max_per_slot, "prototype_min_entities": c.prototype_min_entities,
-                              "prototype_min_share": c.prototype_min_share,
+                "construct": {"read_budget": c.read_budget, "prototype_min_entities": c.prototype_min_entities,
+                              "prototype_min_share": c.prototype_min_share, "block_total_tokens": c.block_total_tokens,
+                              "block_cap_tokens": c.block_cap_tokens, "block_min_tokens": c.block_min_tokens,
                               "large_source_chars": c.large_source_chars, "seed": c.seed}}
 
     def ms_inputs(self, source: Source, ctx: Context) -> dict[str, Any]:

@@ -29,7 +29,9 @@ if TYPE_CHECKING:
 
     from .config import SourceLearnConfig
 
-FAMILY_CHARS = 16_000  # a document family longer than this is read as consecutive parts
+FAMILY_CHARS = 16_000  # a code module without public symbols longer than this is read as consecutive parts
+EXCERPT_CHARS = 900  # EXCERPT_CHARS: what a document reading shows of each section
+GROUP_CHARS = 60_000  # GROUP_CHARS: one document reading's excerpts (whole files, each section + 80 for its id)
 BLOCK_SIZE = 10  # target entities per deterministic block
 MAX_REGION_ENTITIES = 30  # a folder with more entities is split into blocks
 ROOT_REGION = "(top level)"
@@ -62,7 +64,7 @@ def _stem(path: str) -> str:
 
 
 def _split_long(key: str, name: str, els: list[Element]) -> list[tuple[str, str, list[Element]]]:
-    """Split an over-long family into consecutive parts so each part can be read whole."""
+    """Split an over-long code module into consecutive parts so each part can be read whole."""
     if sum(len(e.text) for e in els) <= FAMILY_CHARS or len(els) == 1:
         return [(key, name, els)]
     parts: list[list[Element]] = [[]]
@@ -76,6 +78,31 @@ def _split_long(key: str, name: str, els: list[Element]) -> list[tuple[str, str,
     return [(f"{key}@{i}", f"{name} (part {i})", p) for i, p in enumerate(parts, 1)]
 
 
+def excerpt_size(el: Element) -> int:
+    """What a section costs in a document reading: its excerpt and its id line."""
+    return min(len(el.text), EXCERPT_CHARS) + 80
+
+
+def _document_batches(key: str, name: str, els: list[Element]) -> list[tuple[str, str, list[Element]]]:
+    """A document family as the readings that show it: whole files of 900-character section excerpts,
+    a new reading when the next file would take one past GROUP_CHARS (the official ``_batches``)."""
+    by_file: dict[str, list[Element]] = defaultdict(list)
+    for e in els:
+        by_file[e.path or e.id.split("#", 1)[0]].append(e)
+    parts: list[list[Element]] = []
+    size = 0
+    for group in by_file.values():
+        n = sum(excerpt_size(e) for e in group)
+        if not parts or (parts[-1] and size + n > GROUP_CHARS):
+            parts.append([])
+            size = 0
+        parts[-1].extend(group)
+        size += n
+    if len(parts) == 1:
+        return [(key, name, parts[0])]
+    return [(f"{key}@{i}", f"{name} (part {i})", p) for i, p in enumerate(parts, 1)]
+
+
 def _document_entities(source: Source) -> list[Entity]:
     fams: dict[str, list[Element]] = defaultdict(list)
     names: dict[str, str] = {}
@@ -86,7 +113,7 @@ def _document_entities(source: Source) -> list[Entity]:
         names.setdefault(k, ent if isinstance(ent, str) and ent.strip() else _stem(k))
     out = []
     for k, els in fams.items():
-        for key, name, part in _split_long(k, names[k], els):
+        for key, name, part in _document_batches(k, names[k], els):
             out.append(Entity(key=key, name=name, region="", element_ids=[e.id for e in part]))
     return out
 
@@ -365,6 +392,20 @@ async def partition(source: Source, ctx: Context, cfg: SourceLearnConfig) -> Par
         part = block_partition(source, entities)
     part.stats.update({"mode": part.mode, "n_entities": len(part.entities), "n_regions": len(part.regions)})
     return part
+
+
+def block_budgets(source: Source, regions: list[Region], cfg: SourceLearnConfig) -> dict[str, int]:
+    """The soft token budget of each region's model (official ``assign_budgets``): its share of
+    ``block_total_tokens`` by source characters, within [``block_min_tokens``, ``block_cap_tokens``].
+    Only a document source partitioned into blocks (>= ``large_source_chars``) has budgets: code and
+    small sources are read without one, as the official pipeline does."""
+    if source.kind == "code" or source.n_chars < cfg.large_source_chars or not regions:
+        return {}
+    lengths = {e.id: len(e.text) for e in source.elements}
+    chars = {r.id: sum(lengths.get(i, 0) for i in r.element_ids) for r in regions}
+    total = max(1, sum(chars.values()))
+    return {rid: int(max(cfg.block_min_tokens, min(cfg.block_cap_tokens, round(cfg.block_total_tokens * c / total))))
+            for rid, c in chars.items()}
 
 
 def routing_card(region: Region, entity_names: list[str], attribute_names: list[str], headings: list[str],

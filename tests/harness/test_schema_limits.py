@@ -314,12 +314,12 @@ async def _stages(syn: Synthetic, rec: Recorder) -> None:
     await route(sm, src, task, list(sm.units), ctx, budget_chars=10**9)  # type: ignore[arg-type]
     await plan_round(rec, sm, [], [], cfg.actions_per_round, stage="ms_plan")  # type: ignore[arg-type]
     await observe(rec, src, entity_units(sm, biggest.key, src), biggest.element_ids, (biggest.key,),  # type: ignore[arg-type]
-                  mode="review", stage="ms_inspect", max_notes=cfg.max_per_slot, target=biggest.name, full_text=True)
-    # every entity of the largest region noted max_per_slot times, each note citing 6 elements (the most)
+                  mode="review", stage="ms_inspect", max_notes=cfg.read_budget, target=biggest.name, full_text=True)
+    # every entity of the largest region noted read_budget times, each note citing 6 elements (the most)
     el = syn.pools["element"]
     notes = [Note(text=f"note {j} on {e.name}", evidence_ids=tuple(el[(97 * (6 * j + m) + i) % len(el)]
                                                                    for m in range(6)), entities=(e.key,))
-             for i, e in enumerate(sm.entities) if e.region == region0.id for j in range(cfg.max_per_slot)]
+             for i, e in enumerate(sm.entities) if e.region == region0.id for j in range(cfg.read_budget)]
     spec = RewriteSpec(mode="consolidate", origin="self-study", stage="ms_consolidate", ground_stage="ms_ground",
                        preserve_stage="ms_preserve")
     await rewrite_region(rec, sm, src, region0.id, notes, spec, GateStats())  # type: ignore[arg-type]

@@ -216,7 +216,8 @@ def public_outputs(syn: Synthetic) -> dict[str, object]:
     out["routing_cards"] = [[r.id, card] for r, card in activation.routing_cards(sm, source, live)]
     order = [r.id for r in sm.regions[::-2]] + ["no-such-region"]
     for budget in (10 ** 9, 3000):
-        out[f"load_regions_{budget}"] = list(activation.load_regions(sm, live, order, budget))
+        text, loaded, skipped, shown = activation.load_regions(sm, live, order, budget)
+        out[f"load_regions_{budget}"] = [text, loaded, skipped, [u.id for u in shown]]
     ents = sm.entities
     notes = [Note(text=f"note {i}", evidence_ids=(e.element_ids[0],), entities=(e.key,),
                   unit_ids=tuple(u.id for u in units[i::97][:2])) for i, e in enumerate(ents[::5])]

@@ -66,7 +66,9 @@ READINGS = {
     },
     "Dave": {
         "attributes": [_attr("job", "baker", "people/dave.md#work")],
-        "mechanisms": [], "distinctions": [], "decisive_details": [],
+        "mechanisms": [], "decisive_details": [],
+        "distinctions": [{"statement": "Dave works at the Oslo market while the pilots work for Nordair",
+                          "element_ids": ["people/dave.md#work"]}],
     },
 }
 EMPTY_READING = {"attributes": [], "mechanisms": [], "distinctions": [], "decisive_details": []}
@@ -104,8 +106,9 @@ SCRIPT = dispatch(
     ("numbered units of ONE region", abstraction),
     ("structural map of one region", json.dumps({"about": "People of the toy town and their jobs.",
                                                  "relations": ["Alice is the daughter of Carol", "Bob"]})),
-    ("Before reading it entity by entity", json.dumps({"purpose": "Facts about a toy town.",
-                                                      "scenarios": ["who works where"], "main_objects": ["people"],
+    ("Before reading it entity by entity", json.dumps({"scenarios": ["who works where"],
+                                                      "purpose": "Facts about a toy town.", "main_objects": ["people"],
+                                                      "reading_questions": ["who employs whom (who works where)"],
                                                       "ignore": []})),
 )
 
@@ -242,7 +245,9 @@ def test_near_duplicate_mechanisms_merge_into_one_regional_mechanism(m0):
     assert {a.element_id for a in m.anchors} == {"people/alice.md#work", "people/bob.md#work"}
 
 
-def test_abstraction_pass_admits_cross_entity_items_through_the_gate(m0):
+def test_abstraction_pass_admits_cross_entity_items(m0):
+    """The pass lists the region's entity cards, distinctions and details (4 here: Alice, Bob, Dave's
+    cards and Dave's distinction); places has fewer than 4 and gets no call."""
     sm, ctx = m0
     rules = [u for u in by_role(sm, "pattern") if "Nordair work as pilots" in u.statement]
     assert len(rules) == 1 and rules[0].conditions == ["employer is Nordair"]
@@ -370,7 +375,7 @@ def test_reading_material_fits_a_tokenizer_that_cuts_code_finely(tmp_path):
 
     body = "def step(state):\n" + "        if state.ready:\n            return state.value\n" * 60
     els = [Element(id=f"pkg/engine.py#part{i}", title=f"Engine / part {i}", text=body, path="pkg/engine.py",
-                   kind="section", metadata={"entity": "Engine"}) for i in range(8)]
+                   kind="section", metadata={"entity": "Engine"}) for i in range(40)]
     source = Source(id="engine", kind="documents", description="one engine module", elements=els)
     window, reply, prompts = 6000, 1500, []  # reply: construct.READ_MAX_TOKENS
 
@@ -381,7 +386,7 @@ def test_reading_material_fits_a_tokenizer_that_cuts_code_finely(tmp_path):
     def learn(name: str, exact: bool) -> dict:
         prompts.clear()
         scripted.set_script(dispatch(("profile of ONE entity", record), ("Before reading it", json.dumps(
-            {"purpose": "p", "scenarios": [], "main_objects": [], "ignore": []}))))
+            {"purpose": "p", "scenarios": [], "main_objects": [], "reading_questions": [], "ignore": []}))))
         ctx = make_ctx(tmp_path / name, source, window=window)  # its own call cache
         if exact:
             ctx.llm.count_tokens = count
@@ -394,3 +399,146 @@ def test_reading_material_fits_a_tokenizer_that_cuts_code_finely(tmp_path):
     stats = learn("exact", exact=True)
     assert max(prompts) + reply <= window  # ... the prompt counted in the model's tokens fits
     assert stats["chars_per_token"] == round(len(body) / tokens(body), 3)  # the source's own ratio, recorded
+
+
+# -- the official reading: budget, excerpts, closure windows, admission, brief -----------------------
+def _read_prompts():
+    return [c for c in scripted.CALLS if "profile of ONE entity" in c["messages"][0]["content"]]
+
+
+def test_reading_budget_is_six_entries_in_total_and_attributes_are_unbounded(tmp_path):
+    eid = "people/alice.md#work"
+    many = {"attributes": [_attr(f"field_{i}", f"value {i}", eid) for i in range(8)],
+            "mechanisms": [], "distinctions": [], "decisive_details": []}
+    scripted.set_script(dispatch(("For every claim say whether", batch_gate),
+                                 ("profile of ONE entity", lambda m, s: json.dumps(
+                                     many if "Entity: Alice" in m[-1]["content"] else EMPTY_READING))))
+    src = Source(id="one", kind="documents", elements=SOURCE.elements[:2])
+    sm = run(construct(src, make_ctx(tmp_path, src), SourceLearnConfig()))
+    assert len(card_of(sm, "Alice").attributes) == 8  # was cut to 6 (a per-slot cap applied to attributes)
+    call = _read_prompts()[0]
+    system = call["messages"][0]["content"]
+    assert "mechanisms, distinctions and decisive_details together hold at most 6 entries" in system
+    assert "per slot" not in system
+    from sourcebench.methods.sourcelearn.construct import reading_schema
+
+    props = reading_schema(6).model_json_schema()["properties"]
+    assert props["attributes"]["maxItems"] > 6 and props["mechanisms"]["maxItems"] == 6
+
+
+def test_a_document_reading_sees_900_character_excerpts(tmp_path):
+    long = "A" * 900 + "TAILSECRET" + "B" * 1500
+    src = Source(id="doc", kind="documents", elements=[
+        Element(id="a.md#s1", title="A / S1", text=long, path="a.md", metadata={"entity": "A"}),
+        Element(id="a.md#s2", title="A / S2", text="short section", path="a.md", metadata={"entity": "A"})])
+    scripted.set_script(dispatch(("profile of ONE entity", json.dumps(EMPTY_READING))))
+    run(construct(src, make_ctx(tmp_path, src), SourceLearnConfig()))
+    user = _read_prompts()[0]["messages"][-1]["content"]
+    assert "A" * 900 in user and "TAILSECRET" not in user and "short section" in user
+
+
+def test_document_families_are_read_in_batches_of_whole_files_up_to_60k():
+    els = [Element(id=f"d/f{i:02d}.md#s{j}", title=f"F{i} / {j}", text="x" * 2000, path=f"d/f{i:02d}.md",
+                   metadata={"entity": "Family"}) for i in range(10) for j in range(10)]
+    ents = find_entities(Source(id="fam", kind="documents", elements=els))
+    # 100 sections of 900 + 80 excerpt characters: 6 files (58,800) in the first reading, 4 in the second
+    assert [len(e.element_ids) for e in ents] == [60, 40]
+    assert {i.split("#")[0] for i in ents[0].element_ids} == {f"d/f{i:02d}.md" for i in range(6)}
+
+
+CODE_A = '''LIMIT = 3
+OTHER = 9
+
+
+def run(x):
+    """Run with helper."""
+    return helper(x) + LIMIT + Engine().go()
+
+
+def helper(x):
+    return _inner(x) * 2
+
+
+def _inner(x):
+    return x
+
+
+def unrelated():
+    return "UNRELATEDCODE"
+'''
+CODE_B = '''class Engine:
+    def go(self):
+        return 1
+
+
+class Spare:
+    pass
+'''
+
+
+def test_a_code_entity_is_read_with_its_closure_window(tmp_path):
+    from sourcebench.harness.elements import split_python
+
+    code_a = "from pkg.b import Engine\n\n" + CODE_A
+    els = split_python("pkg/a.py", code_a) + split_python("pkg/b.py", CODE_B) + split_python("lib/c.py", "X = 1\n")
+    src = Source(id="code", kind="code", elements=els)
+    scripted.set_script(dispatch(("profile of ONE entity", json.dumps(EMPTY_READING))))
+    run(construct(src, make_ctx(tmp_path, src), SourceLearnConfig()))
+    user = next(c["messages"][-1]["content"] for c in _read_prompts()
+                if "Entity: run\n" in c["messages"][-1]["content"])
+    # the entity, what it reaches in its module (transitively), its constant, the class it imports
+    for piece in ("def run(x):", "def helper(x):", "def _inner(x):", "LIMIT = 3", "class Engine:",
+                  "[pkg/a.py#helper]", "[pkg/b.py#Engine]"):
+        assert piece in user, piece
+    assert "UNRELATEDCODE" not in user and "OTHER = 9" not in user and "class Spare" not in user
+    assert "construct_brief" not in stage_calls(make_ctx(tmp_path, src))  # a code source has no brief
+    assert not any("Before reading it entity by entity" in c["messages"][0]["content"] for c in scripted.CALLS)
+
+
+def test_abstraction_items_are_admitted_mechanically_without_an_llm_gate(m0):
+    from sourcebench.methods.sourcelearn.construct import admissible
+
+    assert m0 and not any("Is the claim supported?" in c["messages"][0]["content"]
+                   + c["messages"][-1]["content"] for c in scripted.CALLS)
+    a1 = Unit(id="a1", statement="s", role="mechanism", scope=Scope(kind="entity", keys=["Alice"]))
+    a2 = a1.model_copy(update={"id": "a2"})
+    b1 = a1.model_copy(update={"id": "b1", "scope": Scope(kind="entity", keys=["Bob"])})
+    assert not admissible("shared_rule", [a1, a2], "Pilots fly on weekdays", "r")  # one entity
+    assert admissible("shared_rule", [a1, b1], "Pilots fly on weekdays", "r")
+    assert admissible("distinction", [a1, a2], "Alice flies before noon, unlike her training flights", "r")
+    assert not admissible("distinction", [a1], "Alice flies before noon", "r")
+    assert admissible("exception", [a1], "Alice flies only on Mondays", "r")
+    assert not admissible("shared_rule", [a1, b1], "Schedules vary", "r")  # vague
+
+
+def test_the_document_brief_carries_reading_questions(m0):
+    sm, _ = m0
+    assert "Reading questions: who employs whom (who works where)." in sm.brief
+    brief_call = next(c for c in scripted.CALLS if "Before reading it entity by entity" in c["messages"][0]["content"])
+    assert "reading_questions" in brief_call["schema"]["properties"]
+    read = _read_prompts()[0]["messages"][0]["content"]
+    assert "Reading questions: who employs whom" in read
+    maps = [c for c in scripted.CALLS if "structural map of one region" in c["messages"][0]["content"]]
+    assert maps and not any("who employs whom" in c["messages"][-1]["content"] for c in maps)
+
+
+def test_a_large_document_source_gives_each_block_a_soft_token_budget(tmp_path):
+    from sourcebench.methods.sourcelearn.regions import block_budgets
+
+    cfg = SourceLearnConfig()
+    sizes = {"big": 150_000, "mid": 40_000, "tiny": 1_000}
+    els = [Element(id=f"{r}/doc.md#s{i}", title=f"{r} {i}", text="w " * 500, path=f"{r}/doc.md",
+                   metadata={"entity": f"{r}-{i // 10}"}) for r, n in sizes.items() for i in range(n // 1000)]
+    src = Source(id="large", kind="documents", elements=els)
+    part = folder_partition(src, find_entities(src))
+    budgets = block_budgets(src, part.regions, cfg)
+    # shares of 40,000 tokens by characters (globally: 150/191, 40/191, 1/191), within [1,200, 6,000]
+    assert budgets == {"big": 6000, "mid": 6000, "tiny": 1200}
+    assert block_budgets(src.model_copy(update={"elements": els[:50]}), part.regions, cfg) == {}  # small source
+    assert block_budgets(Source(id="c", kind="code", elements=els), part.regions, cfg) == {}
+    scripted.set_script(dispatch(("profile of ONE entity", json.dumps(EMPTY_READING))))
+    run(construct(src.model_copy(update={"elements": [e for e in els if e.path != "big/doc.md"]
+                                         + [e for e in els if e.path == "big/doc.md"][:100]}),
+                  make_ctx(tmp_path, src), cfg))
+    system = _read_prompts()[0]["messages"][0]["content"]
+    assert "the model of this whole block should stay near" in system

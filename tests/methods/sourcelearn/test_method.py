@@ -94,6 +94,19 @@ def test_m0_variant_saves_model_and_stats_and_answers_with_evidence_and_notes(tm
     assert stage_calls(actx).get("answer") == 1
 
 
+def test_the_answer_prompt_shows_the_model_without_the_reading_brief_or_policy(tmp_path):
+    """The official answerer builds its context from the retrieved excerpts and the activated model only."""
+    scripted.set_script(SCRIPT)
+    method = M.SourceLearnM0()
+    ctx, _ = learn(method, tmp_path, "m0")
+    sm = method.load(ctx.workdir, ctx)
+    sm.brief, sm.policy = "BRIEFSECRET reading brief", ["POLICYSECRET prefer rules"]
+    run(method.answer(TEST[0], sm, answer_ctx(ctx)))
+    user = scripted.CALLS[-1]["messages"][-1]["content"]
+    assert "Alice is described in the toy town" in user and "Source excerpts:" in user
+    assert "BRIEFSECRET" not in user and "POLICYSECRET" not in user
+
+
 def test_second_variant_reuses_m0_without_construct_calls(tmp_path):
     pytest.importorskip("sourcebench.methods.sourcelearn.selfstudy")
     scripted.set_script(SCRIPT)
@@ -117,7 +130,7 @@ def test_second_variant_reuses_m0_without_construct_calls(tmp_path):
 def test_changed_m0_settings_build_a_new_shared_model(tmp_path):
     scripted.set_script(SCRIPT)
     _, s1 = learn(M.SourceLearnM0(), tmp_path, "a")
-    ctx, s2 = learn(M.SourceLearnM0({"max_per_slot": 3}), tmp_path, "b")
+    ctx, s2 = learn(M.SourceLearnM0({"read_budget": 3}), tmp_path, "b")
     assert s1["shared"]["m0"]["key"] != s2["shared"]["m0"]["key"] and construct_stages(ctx)
     _, s3 = learn(M.SourceLearnM0({"budget_tokens": 1000, "concurrency": 1}), tmp_path, "c")
     assert s3["shared"]["m0"]["key"] == s1["shared"]["m0"]["key"]  # answer-time settings do not matter

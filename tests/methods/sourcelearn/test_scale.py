@@ -35,7 +35,9 @@ from sourcebench.methods.sourcelearn.selfstudy.consolidate import notes_by_regio
 
 # public_outputs(synthetic_model(240, 24, seed=1)) through the code before issue 24 (commit 058f7e6); folding
 # and the deduplication after it re-recorded for issue 21, whose folding share counts the entities that state
-# the attribute, not all of the region's (the one-pass/loop equality below is unchanged)
+# the attribute, not all of the region's (the one-pass/loop equality below is unchanged); load_regions
+# re-recorded when its budget came to count the official statement cost instead of the rendered text, its
+# text lost the brief and policy header, and it returned the units shown
 RECORDED: dict[str, str] = {
     "unit_regions": "0078376e83994234",
     "units_in_region": "a99d0ccc76d1dc6c",
@@ -49,8 +51,8 @@ RECORDED: dict[str, str] = {
     "dedup_one_place": "487f893fd34f9ddf",
     "add": "5844470cdc1968ff",
     "routing_cards": "812d666edf6a1666",
-    "load_regions_1000000000": "a93981e7d6903372",
-    "load_regions_3000": "85cab639f21e96e2",
+    "load_regions_1000000000": "12bbf1aeac99459f",
+    "load_regions_3000": "44ce2259bf57797c",
     "notes_by_region": "4b728dd3cb4c9bf1",
     "rewrite_views": "71a960d96a98b123",
     "rewrite_views_no_notes": "d899b2893cad7e7a",
