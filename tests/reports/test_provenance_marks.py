@@ -1,0 +1,48 @@
+"""Numbers on a substitute source (run.json ``provenance.pinned`` false) carry a mark and a footnote
+naming the tree in every rendering of the paper tables and in the figures."""
+
+from sourcebench.reports.grid import Cell, ReportTable, Row
+from sourcebench.reports.provenance_marks import MARK, by_source, notes_for_rows, substitutes
+from sourcebench.reports.render import cell_plain, to_csv, to_html, to_latex, to_markdown
+
+PROV = {"pinned": False, "pinned_commit": "52f43d9", "commit": "", "kind": "sdist", "label": "the conan 2.34.0 sdist",
+        "content_sha256": "6f2654da48af4838c1c13ed04a25d9449251d4f0807e65598269eca344aa8d46"}
+RUN = {"benchmark": {"name": "swe_qa"},
+       "sources": [{"id": "conan", "provenance": PROV},
+                   {"id": "flask", "provenance": {**PROV, "pinned": True, "kind": "clone", "commit": "85c5d93" + "0" * 33}},
+                   {"id": "pytest"}]}
+NOTE = ("\u2021 swe_qa/conan: not the pinned tree (commit 52f43d9) but the conan 2.34.0 sdist (content sha256 "
+        "6f2654da48af4838); its numbers are not comparable with the paper's source.")
+
+
+def test_only_sources_recorded_as_not_pinned_are_substitutes():
+    assert substitutes(RUN) == {("swe_qa", "conan"): NOTE}
+    assert by_source(RUN, ["flask", "pytest"]) == {}
+    assert notes_for_rows(RUN, [{"source": "conan"}, {"source": "flask"}]) == [NOTE]
+    assert notes_for_rows(RUN, [{"source": "flask"}]) == [] and substitutes({"sources": None}) == {}
+
+
+def test_every_rendering_marks_the_cell_and_names_the_tree():
+    marked = Cell(value=0.5, n=10, substitute=[NOTE])
+    plain = Cell(value=0.25, n=10)
+    t = ReportTable("table1", "Table 1", ["caption"], ["Method"], ["SWE-QA conan", "SWE-QA flask"],
+                    rows=[Row(["m"], [marked, plain])])
+    assert cell_plain(marked) == f"50.0{MARK}" and cell_plain(plain) == "25.0"
+    md = to_markdown(t)
+    assert f"50.0{MARK}" in md and "25.0" + MARK not in md and "swe\\_qa/conan: not the pinned tree" in md
+    tex = to_latex(t)
+    assert r"50.0\textsuperscript{\ddag{}}" in tex and r"\ddag{} swe\_qa/conan: not the pinned tree" in tex
+    html = to_html(t)
+    assert 'class="substitute"' in html and "<li>" + NOTE.replace("'", "&#x27;") + "</li>" in html
+    assert f"50.0{MARK}" in to_csv(t)
+
+
+def test_figures_carry_the_mark_and_the_footnote():
+    import matplotlib.pyplot as plt
+
+    from sourcebench.reports.provenance_marks import annotate_figure
+
+    fig = plt.figure()
+    annotate_figure(fig, "Figure 3: ablations", [NOTE])
+    assert fig._suptitle.get_text() == f"Figure 3: ablations{MARK}" and NOTE in [x.get_text() for x in fig.texts]
+    plt.close(fig)
