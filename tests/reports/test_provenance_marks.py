@@ -46,3 +46,30 @@ def test_figures_carry_the_mark_and_the_footnote():
     annotate_figure(fig, "Figure 3: ablations", [NOTE])
     assert fig._suptitle.get_text() == f"Figure 3: ablations{MARK}" and NOTE in [x.get_text() for x in fig.texts]
     plt.close(fig)
+
+
+def test_table1_marks_the_cells_computed_on_a_substitute_source(tmp_path):
+    """A paper table reads each run folder's run.json: the cells whose rows include a substitute source
+    are marked, the others are not, and the table's notes name the tree."""
+    import json
+
+    from sourcebench.reports.config import parse_config
+    from sourcebench.reports.results import Results
+    from sourcebench.reports.tables import table1
+    from tests.reports.test_tables import _config, _folder, _scores
+
+    rows = []
+    for m in ("hybrid_rag", "sourcelearn"):
+        rows += _scores(m, "conan", 0, [1, 0, 1, 0]) + _scores(m, "flask", 0, [1, 1, 0, 0])
+    folder = _folder(tmp_path, "luna", "two", rows)
+    run = json.loads((folder / "run.json").read_text())
+    (folder / "run.json").write_text(json.dumps({**run, "benchmark": {"name": "swe_qa"},
+                                                 "sources": RUN["sources"]}))
+    _folder(tmp_path, "luna", "mdd", _scores("hybrid_rag", "dmv", 0, [1, 0]) + _scores("sourcelearn", "dmv", 0, [1, 1]))
+    cfg = parse_config({**_config(table1={}), "backends": [{"id": "luna", "label": "GPT-5.6-Luna", "model": "m1"}]})
+    t = table1(Results(cfg, tmp_path))
+    col = t.columns.index("TwoSources")
+    assert all(r.cells[col].substitute == [NOTE] for r in t.rows if r.cells[col].value is not None)
+    assert all(not r.cells[t.columns.index("MultiDoc2Dial")].substitute for r in t.rows)
+    md = to_markdown(t)
+    assert md.count(MARK) >= 3 and "swe\\_qa/conan: not the pinned tree" in md
