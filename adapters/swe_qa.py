@@ -4,15 +4,14 @@ Questions come from the official files (``<repo>.jsonl``, 48 each, fields ``ques
 The source is the repository tree at the pinned commit: the one ``sourcebench data fetch swe_qa``
 unpacks from the commit's archive into ``<data>/swe_qa/repos/<repo>``, a clone, or (``--opt flask=DIR``)
 any tree, e.g. an sdist of a nearby release. Which tree was loaded is identified (``swe_qa_tree``) and
-recorded in the source's ``provenance`` (run.json); a tree that is not the pinned one is announced
-with the share of questions citing files it lacks, and reports mark its numbers. Task ids are a hash
+recorded in the source's ``provenance`` (run.json); for a tree that is not the pinned one its ``note``
+(which a run prints) gives the share of questions citing files it lacks, and reports mark its numbers. Task ids are a hash
 of the question text.
 """
 
 from __future__ import annotations
 
 import hashlib
-import sys
 from pathlib import Path
 from typing import ClassVar
 
@@ -98,11 +97,11 @@ class SWEQA(FetchedData, Benchmark):
         if not src.elements:
             raise DataError(f"{tree}: source tree for swe_qa/{source_id} has no readable text files")
         info = self.identify(source_id, tree)
-        src.metadata["provenance"] = info
-        if not info["pinned"]:
+        if not info["pinned"]:  # the runner prints the note when it loads the source
             lacks = swe_qa_tree.coverage_line(source_id, info)
-            print(f"sourcebench: {info['note']}; numbers on it are not comparable with the paper's and are marked "
-                  f"in the reports" + (f"; {lacks}" if lacks else ""), file=sys.stderr)
+            info["note"] += ("; numbers on it are not comparable with the paper's and are marked in the reports"
+                             + (f"; {lacks}" if lacks else ""))
+        src.metadata["provenance"] = info
         return src
 
     def identify(self, source_id: str, tree: Path) -> dict:

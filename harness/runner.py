@@ -355,6 +355,8 @@ class Runner:
         self.unavailable: list[dict[str, str]] = []
         for sid in source_ids:
             source = self._loaded(sid, "source", self.bench.load_source)
+            if note := (source.metadata.get("provenance") or {}).get("note"):  # e.g. not the pinned tree
+                self.log("[yellow]" + note.replace("[", "\\[") + "[/]")  # brackets in a path are not markup
             check_element_ids(source)
             sources.append(source)
             try:

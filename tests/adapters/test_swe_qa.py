@@ -59,7 +59,7 @@ def test_source_tree_from_option(tmp_path):
     assert src.kind == "code"
 
 
-def test_an_sdist_is_not_the_pinned_tree_and_says_what_it_lacks(tmp_path, capsys):
+def test_an_sdist_is_not_the_pinned_tree_and_says_what_it_lacks(tmp_path):
     """The old loader stamped pinned_commit on whatever tree it loaded; now the tree is identified."""
     root = need_data("swe_qa")
     tree = make_sdist(tmp_path / "flask-3.1.1")
@@ -69,15 +69,15 @@ def test_an_sdist_is_not_the_pinned_tree_and_says_what_it_lacks(tmp_path, capsys
     assert prov["pinned"] is False and prov["kind"] == "sdist" and prov["commit"] == ""
     assert prov["pinned_commit"] == "85c5d93" and prov["label"] == "the Flask 3.1.1 sdist"
     assert prov["content_sha256"] == swe_qa_tree.tree_sha256(tree) and prov["origin"] == str(tree)
-    err = capsys.readouterr().err
-    assert "swe_qa/flask: not the pinned tree (commit 85c5d93): the Flask 3.1.1 sdist" in err
+    note = prov["note"]
+    assert note.startswith("swe_qa/flask: not the pinned tree (commit 85c5d93): the Flask 3.1.1 sdist")
     rec = swe_qa_tree.load_coverage()["flask"]
     assert (f"{rec['cite_an_absent_path']} of its 48 questions ({100 * rec['share_citing_an_absent_path']:.0f}%) "
-            f"have a reference answer citing a file absent from flask 3.1.1") in err
+            f"have a reference answer citing a file absent from flask 3.1.1") in note
     # a release that was not measured says so
     other = make_sdist(tmp_path / "flask-9.0", version="9.0")
-    SWEQA(data_dir=root.parent, options={"flask": str(other)}).load_source("flask")
-    assert "absent from Flask 9.0 was not measured (measured: flask 3.1.1)" in capsys.readouterr().err
+    prov = SWEQA(data_dir=root.parent, options={"flask": str(other)}).load_source("flask").metadata["provenance"]
+    assert "absent from Flask 9.0 was not measured (measured: flask 3.1.1)" in prov["note"]
 
 
 def test_the_measure_of_cited_paths_and_the_shipped_shares():
@@ -97,7 +97,7 @@ def test_the_measure_of_cited_paths_and_the_shipped_shares():
         assert sum(rec["absent_paths"].values()) >= rec["cite_an_absent_path"]
 
 
-def test_a_clone_at_the_pin_is_the_pinned_tree(tmp_path, capsys):
+def test_a_clone_at_the_pin_is_the_pinned_tree(tmp_path):
     first, second = make_repo(tmp_path / "flask")
     data = data_with_pin(tmp_path, first)
     clone = tmp_path / "flask"
@@ -105,7 +105,7 @@ def test_a_clone_at_the_pin_is_the_pinned_tree(tmp_path, capsys):
     src = SWEQA(data_dir=data, options={"flask": str(clone)}).load_source("flask")
     prov = src.metadata["provenance"]
     assert prov["pinned"] is True and prov["kind"] == "clone" and prov["commit"] == first
-    assert "not the pinned tree" not in capsys.readouterr().err
+    assert "note" not in prov
     git("checkout", "-q", "main", cwd=clone)  # on a branch, at the later commit
     prov = SWEQA(data_dir=data, options={"flask": str(clone)}).load_source("flask").metadata["provenance"]
     assert prov["pinned"] is False and prov["commit"] == second and prov["label"] == f"a clone at {second[:12]}"
@@ -252,7 +252,7 @@ def test_archive_urls_are_codeload_tarballs_of_the_pins():
 
 # -- a run on a substitute tree: run.json says so and the reports mark the numbers -----------------------
 @pytest.mark.slow
-def test_a_run_on_an_sdist_records_it_and_the_leaderboard_marks_it(tmp_path):
+def test_a_run_on_an_sdist_records_it_and_the_leaderboard_marks_it(tmp_path, capsys):
     need_data("swe_qa")
     from sourcebench.harness.cli import main
     from sourcebench.reports.provenance_marks import MARK
@@ -262,6 +262,7 @@ def test_a_run_on_an_sdist_records_it_and_the_leaderboard_marks_it(tmp_path):
     assert main(["run", "--benchmark", "swe_qa", "--sources", "flask", "--opt", f"flask={tree}", "--methods",
                  "hybrid_rag", "--model", "scripted/extractive", "--limit", "2", "--seeds", "0", "--embedder", "hash",
                  "--out", str(out), "--data-dir", str(need_data("swe_qa").parent)]) == 0
+    assert "swe_qa/flask: not the pinned tree (commit 85c5d93): the Flask 3.1.1 sdist" in capsys.readouterr().out
     src = json.loads((out / "run.json").read_text())["sources"][0]
     assert src["provenance"]["pinned"] is False and src["provenance"]["label"] == "the Flask 3.1.1 sdist"
     assert "pinned_commit" not in src
