@@ -511,7 +511,7 @@ def render_csv(summary: list[dict], seeds: list[Any]) -> str:
         *[f"acc_seed{s}_pct" for s in seeds],
     ]
     header += [f"{p}_{w}" for p in phases for w in ("calls", "calls_live", "tokens", "tokens_live", "failed")]
-    header += ["failed_calls"] + [f"{p}_reasoning_tokens" for p in phases] + ["degraded"]
+    header += ["failed_calls"] + [f"{p}_reasoning_tokens" for p in phases] + ["degraded", "substitute_sources"]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
@@ -544,7 +544,8 @@ def render_csv(summary: list[dict], seeds: list[Any]) -> str:
                 c = e["cost"].get(p, {})
                 row += [c.get(k, 0) for k in ("calls", "calls_live", "tokens", "tokens_live", "failed")]
             w.writerow(row + [e["failed_calls"]] + [e["cost"].get(p, {}).get("reasoning", 0) for p in phases]
-                       + ["; ".join(safe(x) for x in e.get("degraded") or [])])
+                       + ["; ".join(safe(x) for x in e.get("degraded") or [])]
+                       + [" ".join(b.get("substitutes", {}).values())])  # footnotes: sources not at their pin
     return buf.getvalue()
 
 

@@ -271,3 +271,7 @@ def test_a_run_on_an_sdist_records_it_and_the_leaderboard_marks_it(tmp_path, cap
     assert note in md or note.replace("\\_", "_") in md
     assert f"]{MARK}" in md  # the accuracy cell of the main table: "x [lo, hi]‡"
     assert f"flask{MARK}" in md  # the per-source row
+    import csv
+
+    row = next(csv.DictReader((out / "report" / "leaderboard.csv").read_text().splitlines()))
+    assert row["substitute_sources"].startswith(f"{MARK} swe_qa/flask: not the pinned tree")
