@@ -10,7 +10,7 @@ HuggingFace and TensorFlow Hub: here a fixed seeded subset of 100 (``--opt n_tas
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -53,7 +53,25 @@ class APIBench(FetchedData, Benchmark):
         "'explanation': '...', 'code': '...'}."
     )
     answer_max_tokens = 256  # one dict with an api_call line and a short explanation
-    known_options = {"n_tasks": "instructions per hub: 'paper' (186/100/100, default), 'all', or a number"}
+    known_options: ClassVar[dict[str, str]] = {
+        "n_tasks": "instructions per hub: 'paper' (186/100/100, default), 'all', or a number",
+        "torchhub_rule": "a TorchHub response without an api_call: 'current' (default, Gorilla's script since "
+                         "2023-06-03: neither correct nor hallucination) or 'paper' (the script of the Gorilla "
+                         "paper's numbers: a hallucination)",
+    }
+
+    deviations: ClassVar[list[str]] = [
+        ("TorchHub responses without an api_call are scored by Gorilla's current TorchHub script (since "
+         "2023-06-03: neither correct nor hallucination), the official evaluator today; the Gorilla paper's "
+         "TorchHub numbers came from the script before it, which counted them as hallucinations. "
+         "--opt torchhub_rule=paper applies that rule."),
+    ]
+
+    def __init__(self, data_dir=None, options: dict[str, str] | None = None):
+        super().__init__(data_dir, options)
+        rule = self.options.get("torchhub_rule", "current")
+        if rule not in ("current", "paper"):
+            raise ConfigError(f"apibench: --opt torchhub_rule={rule!r}: expected current or paper")
 
     def how_to_get(self) -> str:
         return ("`sourcebench data fetch apibench` downloads them from the Gorilla repository (ShishirPatil/gorilla) "
@@ -146,9 +164,11 @@ class APIBench(FetchedData, Benchmark):
         from sourcebench.judges.apibench_ast import evaluate_response
 
         hub = task.source_id
-        v = evaluate_response(answer.text, hub, self._db(hub), task.reference)
+        rule = self.options.get("torchhub_rule", "current")
+        v = evaluate_response(answer.text, hub, self._db(hub), task.reference, torchhub_rule=rule)
         return Score(value=float(v.correct), correct=bool(v.correct), judge=self.scorer_name,
-                     details={"hallucination": v.hallucination, "matched_api": v.matched_api, "reason": v.reason})
+                     details={"hallucination": v.hallucination, "matched_api": v.matched_api, "reason": v.reason,
+                              **({"torchhub_rule": rule} if hub == "torchhub" else {})})
 
 
 def _instruction_from_code(code: str) -> str:

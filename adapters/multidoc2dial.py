@@ -26,7 +26,7 @@ import ast
 import re
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -132,30 +132,45 @@ def document_sections(domain: str, doc: dict[str, Any]) -> tuple[list[Element], 
     return elements, span_to_el
 
 
+def _one_line(text: Any) -> str:
+    return str(text or "").replace("\n", " ").replace("\t", " ").strip()
+
+
 def render_question(utterance: str, history: list[dict[str, Any]]) -> str:
-    """The user's latest turn first (what to answer), then the earlier turns, oldest first."""
-    q = utterance.strip()
+    """The user's latest turn first (what to answer), then the earlier turns, most recent first, as the
+    official loading script orders them (``utterance[SEP]`` then the previous turns reversed, each on
+    one line); here as labelled lines rather than its ``[SEP]``/``||`` string, which a fine-tuned
+    retriever-generator read."""
+    q = _one_line(utterance)
     if history:
-        lines = [f"{'User' if t.get('role') == 'user' else 'Agent'}: {str(t.get('utterance') or '').strip()}"
-                 for t in history]
-        q += "\n\nEarlier turns of the conversation, oldest first:\n" + "\n".join(lines)
+        lines = [f"{'User' if t.get('role') == 'user' else 'Agent'}: {_one_line(t.get('utterance'))}"
+                 for t in reversed(history)]
+        q += "\n\nEarlier turns of the conversation, most recent first:\n" + "\n".join(lines)
     return q
 
 
 class MultiDoc2Dial(FetchedData, Benchmark):
     name = "multidoc2dial"
-    version = "2-A"  # 2: the official turn rule (replies that ask back are kept)
+    version = "3-A"  # 3: history most recent first, as the official loading script; 2: its turn rule
     subdir = "multidoc2dial"
     scorer_name = JUDGE_NAME
     needs_judge_model = True
     answer_instructions = (
         "The question is the last turn of someone talking with an agent of a government service, followed by "
-        "the earlier turns. Reply as that agent would, in one to three sentences, grounded in the documents."
+        "the earlier turns, most recent first. Reply as that agent would, in one to three sentences, grounded "
+        "in the documents."
     )
-    known_options = {
+    known_options: ClassVar[dict[str, str]] = {
         "n_tasks": f"user turns per domain: {PAPER_TASKS} (default, the paper's), 'all', or a number",
         "dialogues": "which dialogues the turns come from: validation (default), train, or all",
     }
+
+    deviations: ClassVar[list[str]] = [
+        ("The question is the latest user turn, then the earlier turns most recent first, as the official "
+         "loading script orders them, but written as labelled lines ('User: ...', 'Agent: ...') under a heading "
+         "instead of its 'utterance[SEP]role: utterance||...' string, which was the input of a fine-tuned "
+         "retriever-generator, not of an instructed model."),
+    ]
 
     def __init__(self, data_dir: Path | None = None, options: dict[str, str] | None = None):
         super().__init__(data_dir, options)

@@ -295,8 +295,8 @@ class Runner:
             "guidance_limit": self.cfg.guidance_limit,
             "sources": [{"id": s.id, "origin": s.origin, "fingerprint": s.fingerprint, "n_elements": len(s.elements),
                          "element_tokens": round(sum(len(e.text) for e in s.elements) / max(1, len(s.elements)) / 4, 1),
-                         "kind": s.kind, **({"pinned_commit": s.metadata["pinned_commit"]}
-                                            if s.metadata.get("pinned_commit") else {})} for s in sources],
+                         "kind": s.kind, **({"provenance": s.metadata["provenance"]}  # which tree (e.g. pinned)
+                                            if s.metadata.get("provenance") else {})} for s in sources],
             "execution": {"executor": self.cfg.executor, "test_processes": self.cfg.test_processes,
                           "learn_concurrency": self.cfg.learn_concurrency,
                           "max_samples": self.max_samples(),
@@ -380,6 +380,8 @@ class Runner:
         self.unavailable: list[dict[str, str]] = []
         for sid in source_ids:
             source = self._loaded(sid, "source", self.bench.load_source)
+            if note := (source.metadata.get("provenance") or {}).get("note"):  # e.g. not the pinned tree
+                self.log("[yellow]" + note.replace("[", "\\[") + "[/]")  # brackets in a path are not markup
             check_element_ids(source)
             sources.append(source)
             try:

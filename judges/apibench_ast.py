@@ -6,6 +6,9 @@ Gorilla scores a response in four steps (``eval/eval-scripts/ast_eval_{th,hf,tf}
    ``api_provider``, from two characters past its first ``:`` up to and including its last ``)``.
    A TorchHub response with no ``api_call`` at all is neither correct nor a hallucination (it still
    counts in the denominator); HuggingFace and TensorFlow Hub then parse the whole response.
+   That is the TorchHub script since its rewrite of 2023-06-03 (Gorilla PR #33). The script of the
+   Gorilla paper's numbers counted such a response as a hallucination; ``torchhub_rule="paper"``
+   applies that rule (``TORCHHUB_RULES``), the rest of the evaluation being the same.
 2. Parse that text with tree-sitter (error tolerant: prose and broken code still give a tree) and
    list every node that has children, in the order of a stack-based walk (a node, then its children
    from the last to the first). Each node's "callee" is the text of its first child.
@@ -53,6 +56,10 @@ from sourcebench.harness.errors import DataError, SourceBenchError
 from sourcebench.harness.io import iter_jsonl
 
 HUBS = ("torchhub", "huggingface", "tensorflowhub")
+# What a TorchHub response without an ``api_call`` counts as: "current" (Gorilla's script since 2023-06-03,
+# PR #33: neither correct nor hallucination, the default) or "paper" (the script before it, which gave the
+# Gorilla paper's TorchHub numbers: a hallucination).
+TORCHHUB_RULES = ("current", "paper")
 
 # hub -> (API database, evaluation set (JSON lines), 0-shot questions), all in one data folder
 HUB_FILES: dict[str, tuple[str, str, str]] = {
@@ -358,16 +365,28 @@ def _gold_domain(gold_api_data: dict[str, Any]) -> Any:
     return gold["domain"]
 
 
-def evaluate_response(text: str, hub: str, db: APIDatabase, gold_api_data: dict[str, Any]) -> Verdict:
+def check_torchhub_rule(rule: str) -> str:
+    if rule not in TORCHHUB_RULES:
+        raise DataError(f"apibench: torchhub_rule {rule!r}: expected one of {', '.join(TORCHHUB_RULES)}")
+    return rule
+
+
+def evaluate_response(text: str, hub: str, db: APIDatabase, gold_api_data: dict[str, Any],
+                      torchhub_rule: str = "current") -> Verdict:
     """The official verdict on one response (``gold_api_data``: the gold ``api_data`` record, or the
-    whole evaluation record holding it)."""
+    whole evaluation record holding it); ``torchhub_rule`` as in ``TORCHHUB_RULES``."""
+    check_torchhub_rule(torchhub_rule)
     if db.hub != hub:
         raise DataError(f"apibench: the API database is for {db.hub}, not {hub}")
     gold_domain = _gold_domain(gold_api_data)
     extracted = extract_api_call(text, hub)
+    if extracted is None and torchhub_rule == "paper":
+        return Verdict(False, True, None, None, "no 'api_call' in the response: the paper-era TorchHub script "
+                       "(before 2023-06-03) counts it as a hallucination", {"torchhub_rule": "paper"})
     if extracted is None:
         return Verdict(False, False, None, None,
-                       "no 'api_call' in the response: TorchHub counts it as neither correct nor hallucination")
+                       "no 'api_call' in the response: TorchHub counts it as neither correct nor hallucination",
+                       {"torchhub_rule": "current"})
     index, fallback = match_api(extracted, db)
     if index < 0:
         return Verdict(False, True, None, extracted, "no database API matched: hallucination")
@@ -381,15 +400,18 @@ def evaluate_response(text: str, hub: str, db: APIDatabase, gold_api_data: dict[
     return Verdict(correct, False, matched, extracted, reason, {"via_last_subtree": fallback})
 
 
-def evaluate_for_task(response_text: str, hub: str, api_db: APIDatabase, gold_api_data: dict[str, Any]) -> Verdict:
+def evaluate_for_task(response_text: str, hub: str, api_db: APIDatabase, gold_api_data: dict[str, Any],
+                      torchhub_rule: str = "current") -> Verdict:
     """Used by the harness when scoring one task: the same as :func:`evaluate_response`."""
-    return evaluate_response(response_text, hub, api_db, gold_api_data)
+    return evaluate_response(response_text, hub, api_db, gold_api_data, torchhub_rule)
 
 
 def evaluate_file(hub: str, responses_path: Path | str, data_dir: Path | str | None = None,
-                  *, db: APIDatabase | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+                  *, db: APIDatabase | None = None, torchhub_rule: str = "current"
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Score a Gorilla-style responses file (JSON lines ``{question_id, text}``) like the official
     script: per-question verdicts and totals over the number of response lines."""
+    check_torchhub_rule(torchhub_rule)
     paths = hub_paths(hub, data_dir)
     db = db or APIDatabase.from_file(paths["api"], hub)
     gold = load_gold(hub, data_dir)
@@ -407,7 +429,7 @@ def evaluate_file(hub: str, responses_path: Path | str, data_dir: Path | str | N
             continue
         if not isinstance(text, str):
             raise DataError(f"{responses_path}:{line}: field text must be a string, got {type(text).__name__}")
-        v = evaluate_response(text, hub, db, gold[qid - 1])
+        v = evaluate_response(text, hub, db, gold[qid - 1], torchhub_rule)
         rows.append({"question_id": qid, "correct": v.correct, "hallucination": v.hallucination})
     n = len(rows)
     if n == 0:

@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from .grid import NA, NOT_RUN, Cell, ReportTable
+from .provenance_marks import annotate_figure, table_notes
 
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 
@@ -99,7 +100,7 @@ def figure3_png(t: ReportTable, backend: str) -> bytes:
         groups = [r.stub[1] for r in rows]
         series = [(t.columns[j], [value(r.cells[j]) for r in rows]) for j in range(a, b)]
         _bars(ax, groups, series, title, "accuracy (%)")
-    fig.suptitle(f"Figure 3: ablations of SourceLearn ({backend})", fontsize=11)
+    annotate_figure(fig, f"Figure 3: ablations of SourceLearn ({backend})", table_notes(c for r in rows for c in r.cells))
     fig.tight_layout()
     return _png(fig)
 
@@ -152,7 +153,8 @@ def figure4_png(kinds: ReportTable, cond: ReportTable, cov: ReportTable, acc: Re
     _bars(d, [x.replace(" covered", "") for x in acc.columns[:3]],
           [(f"{r.stub[1]} ({r.stub[2]})", [value(x) for x in r.cells[:3]]) for r in pooled_acc],
           "(d) accuracy by coverage", "accuracy (%)")
-    fig.suptitle(f"Figure 4: source learning beyond compression ({backend})", fontsize=11)
+    annotate_figure(fig, f"Figure 4: source learning beyond compression ({backend})",
+                    table_notes(c for t in (kinds, cond, cov, acc) for r in _rows_of(t, backend) for c in r.cells))
     fig.tight_layout()
     return _png(fig)
 
@@ -187,7 +189,8 @@ def figure5_png(curve: ReportTable, gold: ReportTable | None, backend: str) -> b
         _bars(b, [f"{r.stub[1]}\n{r.stub[2]}" for r in grows],
               [(gold.columns[j], [value(r.cells[j]) for r in grows]) for j in range(len(gold.columns))],
               "(b) gold document removed", "accuracy (%)")
-    fig.suptitle(f"Figure 5: robustness to incomplete retrieval ({backend})", fontsize=11)
+    annotate_figure(fig, f"Figure 5: robustness to incomplete retrieval ({backend})",
+                    table_notes(c for t in (curve, gold) if t is not None for r in _rows_of(t, backend) for c in r.cells))
     fig.tight_layout()
     return _png(fig)
 
@@ -277,6 +280,7 @@ def forest_png(bench: dict) -> bytes:
     for ax in (left, right):
         ax.grid(axis="x", alpha=0.3)
         ax.tick_params(axis="x", labelsize=7)
-    fig.suptitle(f"{bench['benchmark']}: accuracy and difference from the baseline", fontsize=10)
+    annotate_figure(fig, f"{bench['benchmark']}: accuracy and difference from the baseline",
+                    list(bench.get("substitutes", {}).values()))
     fig.tight_layout()
     return _png(fig)

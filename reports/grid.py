@@ -41,6 +41,8 @@ class Cell:
     rows: list[dict[str, Any]] = field(default_factory=list, repr=False)  # result rows, for paired tests
     # why the cells behind this value are degraded (harness/health.py); shown with a dagger and a note
     degraded: list[str] = field(default_factory=list)
+    # footnotes of the sources behind this value that are not their pinned tree (reports/provenance_marks.py)
+    substitute: list[str] = field(default_factory=list)
 
     @property
     def shown(self) -> float | None:

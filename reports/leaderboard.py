@@ -25,6 +25,7 @@ from sourcebench.harness.health import run_health
 from sourcebench.harness.io import atomic_write_text
 
 from .layout import NA, Figure, Table, fmt_p, pct, render_html, render_markdown, safe, safe_url
+from .provenance_marks import by_source, mark
 from .rundata import (
     PHASES,
     RunData,
@@ -161,6 +162,7 @@ def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot
                 "sources": sources,
                 "unavailable": unavailable,
                 "holm_m": max(sizes, default=0),
+                "substitutes": by_source(data.run, sources),  # source -> footnote: not its pinned tree
             }
         )
     return out
@@ -224,7 +226,7 @@ def _main_table(b: dict) -> Table:
         rows.append(
             [
                 name,
-                f"DEGRADED ({acc})" if e.get("degraded") else acc,
+                mark(f"DEGRADED ({acc})" if e.get("degraded") else acc, bool(b.get("substitutes"))),
                 delta,
                 fmt_p(e.get("p_holm")),
                 str(e["n_tasks"]),
@@ -233,7 +235,7 @@ def _main_table(b: dict) -> Table:
                 str(e["failed_calls"]),
             ]
         )
-    notes = [_test_note(b)]
+    notes = [_test_note(b), *b.get("substitutes", {}).values()]
     for u in b.get("unavailable") or []:
         notes.append(f"Unavailable ({safe(u.get('source'))}): {safe(u.get('reason'))}; no score is reported.")
     degraded = [line for e in b["methods"] for line in e.get("degraded") or []]
@@ -328,28 +330,30 @@ def _seed_table(b: dict) -> Table:
     seeds = sorted({s for e in b["methods"] for s in e.get("seed_acc", {})}, key=sort_key)
     rows = [
         [safe(e["method"])]
-        + ([pct(e["seed_acc"].get(s)) for s in seeds] if e["status"] == "ok" else [e["status"]] * len(seeds))
+        + ([mark(pct(e["seed_acc"].get(s)), bool(b.get("substitutes"))) for s in seeds] if e["status"] == "ok"
+           else [e["status"]] * len(seeds))
         for e in b["methods"]
     ]
     return Table(
         f"{b['benchmark']}: accuracy % per split seed",
         ["method"] + [f"seed {s}" for s in seeds],
         rows,
-        "Each seed: mean over sources of the source's mean score.",
+        " ".join(["Each seed: mean over sources of the source's mean score.", *b.get("substitutes", {}).values()]),
     )
 
 
 def _source_table(b: dict) -> Table:
     ms = b["methods"]
     rows = [
-        [safe(s)] + [pct(e["per_source"].get(s)) if e["status"] == "ok" else e["status"] for e in ms]
+        [mark(safe(s), s in b.get("substitutes", {}))]
+        + [pct(e["per_source"].get(s)) if e["status"] == "ok" else e["status"] for e in ms]
         for s in b["sources"]
     ]
     return Table(
         f"{b['benchmark']}: accuracy % per source",
         ["source"] + [safe(e["method"]) for e in ms],
         rows,
-        "Each source: mean over seeds of the source's mean score.",
+        " ".join(["Each source: mean over seeds of the source's mean score.", *b.get("substitutes", {}).values()]),
     )
 
 
@@ -446,10 +450,13 @@ def _forest(b: dict) -> Figure | None:
         return None
     from .figures import _slug, forest_png  # matplotlib only when there is something to draw
 
-    return Figure(f"{b['benchmark']}: accuracy and difference from the baseline", f"forest_{_slug(b['benchmark'])}.png",
-                  forest_png(b), "Left: macro accuracy with its 95% bootstrap interval (task as unit), the baseline's "
-                  "as a dotted line; right: Δ vs the baseline in pp with the Holm-adjusted task-level paired p, as "
-                  "in the table. Red hollow markers and a red name: DEGRADED cells (not comparable, see the note).")
+    return Figure(mark(f"{b['benchmark']}: accuracy and difference from the baseline", bool(b.get("substitutes"))),
+                  f"forest_{_slug(b['benchmark'])}.png", forest_png(b), " ".join([
+                      *b.get("substitutes", {}).values(),
+                      ("Left: macro accuracy with its 95% bootstrap interval (task as unit), the baseline's "
+                       "as a dotted line; right: Δ vs the baseline in pp with the Holm-adjusted task-level paired p, as "
+                       "in the table. Red hollow markers and a red name: DEGRADED cells (not comparable, see the "
+                       "note).")]))
 
 
 def build_tables(data: RunData, summary: list[dict]) -> list[tuple[str, list[Table | Figure]]]:
@@ -504,7 +511,7 @@ def render_csv(summary: list[dict], seeds: list[Any]) -> str:
         *[f"acc_seed{s}_pct" for s in seeds],
     ]
     header += [f"{p}_{w}" for p in phases for w in ("calls", "calls_live", "tokens", "tokens_live", "failed")]
-    header += ["failed_calls"] + [f"{p}_reasoning_tokens" for p in phases] + ["degraded"]
+    header += ["failed_calls"] + [f"{p}_reasoning_tokens" for p in phases] + ["degraded", "substitute_sources"]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
@@ -537,7 +544,8 @@ def render_csv(summary: list[dict], seeds: list[Any]) -> str:
                 c = e["cost"].get(p, {})
                 row += [c.get(k, 0) for k in ("calls", "calls_live", "tokens", "tokens_live", "failed")]
             w.writerow(row + [e["failed_calls"]] + [e["cost"].get(p, {}).get("reasoning", 0) for p in phases]
-                       + ["; ".join(safe(x) for x in e.get("degraded") or [])])
+                       + ["; ".join(safe(x) for x in e.get("degraded") or [])]
+                       + [" ".join(b.get("substitutes", {}).values())])  # footnotes: sources not at their pin
     return buf.getvalue()
 
 

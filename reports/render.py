@@ -15,6 +15,12 @@ import math
 import re
 
 from .grid import DAGGER, NA, NOT_RUN, Cell, ReportTable, degraded_notes, pct_text
+from .provenance_marks import MARK, TEX_MARK, table_notes
+
+
+def _notes(t: ReportTable) -> list[str]:
+    """The table's notes, the DEGRADED note, then the footnotes of substitute sources (``MARK``)."""
+    return degraded_notes(t) + table_notes(c for r in t.rows for c in r.cells)
 
 ARROW_UP, ARROW_DOWN, ARROW_ZERO = "↑", "↓", "±"
 
@@ -36,7 +42,7 @@ def cell_plain(c: Cell, show_ci: bool = False) -> str:
         return NOT_RUN
     if c.value is None:
         return c.text or NA
-    out = pct_text(c.shown) + (DAGGER if c.degraded else "")
+    out = pct_text(c.shown) + (DAGGER if c.degraded else "") + (MARK if c.substitute else "")
     if c.delta is not None:
         out += " " + _delta_plain(c.delta)
     if show_ci and _ci_plain(c):
@@ -66,7 +72,7 @@ def _md_cell(c: Cell, show_ci: bool) -> str:
         return _md_escape(cell_plain(c))
     num = pct_text(c.shown)
     num = f"**{num}**" if c.mark == "best" else f"<u>{num}</u>" if c.mark == "second" else num
-    num += DAGGER if c.degraded else ""
+    num += (DAGGER if c.degraded else "") + (MARK if c.substitute else "")
     if c.delta is not None:
         num += f"<sub>{_delta_plain(c.delta)}</sub>"
     if show_ci and _ci_plain(c):
@@ -84,8 +90,8 @@ def to_markdown(t: ReportTable) -> str:
                      + " |")
     lines.append("")
     lines += [f"*{_md_escape(c)}*" if i == 0 else _md_escape(c) for i, c in enumerate(t.caption)]
-    if degraded_notes(t):
-        lines += [""] + [f"- {_md_escape(n)}" for n in degraded_notes(t)]
+    if _notes(t):
+        lines += [""] + [f"- {_md_escape(n)}" for n in _notes(t)]
     return "\n".join(lines) + "\n"
 
 
@@ -147,7 +153,7 @@ def _tex_cell(c: Cell, show_ci: bool) -> str:
         return tex_escape(c.text or NA)
     num = pct_text(c.shown)
     num = rf"\textbf{{{num}}}" if c.mark == "best" else rf"\underline{{{num}}}" if c.mark == "second" else num
-    num += r"\textsuperscript{\dag}" if c.degraded else ""
+    num += (r"\textsuperscript{\dag}" if c.degraded else "") + (rf"\textsuperscript{{{TEX_MARK}}}" if c.substitute else "")
     if c.delta is not None:
         macro = r"\sbup" if c.delta > 0 else r"\sbdown" if c.delta < 0 else r"\sbzero"
         num += f"{macro}{{{abs(c.delta):.1f}}}"
@@ -158,7 +164,7 @@ def _tex_cell(c: Cell, show_ci: bool) -> str:
 
 def to_latex(t: ReportTable) -> str:
     ns, nc = len(t.stub_header), len(t.columns)
-    caption = tex_escape(" ".join(t.caption + degraded_notes(t)[len(t.notes):])).replace(DAGGER, r"\dag{}")
+    caption = tex_escape(" ".join(t.caption + _notes(t)[len(t.notes):])).replace(DAGGER, r"\dag{}").replace(MARK, TEX_MARK)
     lines = [LATEX_PREAMBLE, r"\begin{table}[t]", r"\centering", r"\small",
              rf"\caption{{{tex_escape(t.title)}. {caption}}}",
              rf"\label{{tab:{t.id}}}", rf"\begin{{tabular}}{{{'l' * ns}{'r' * nc}}}", r"\toprule"]
@@ -179,7 +185,7 @@ def to_latex(t: ReportTable) -> str:
         lines.append(" & ".join([tex_escape(s) for s in r.stub] + [_tex_cell(c, t.show_ci) for c in r.cells])
                      + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    lines += [f"% {n}".replace(DAGGER, "+") for n in degraded_notes(t)]
+    lines += [f"% {n}".replace(DAGGER, "+").replace(MARK, "++") for n in _notes(t)]
     return "\n".join(lines) + "\n"
 
 
@@ -194,6 +200,7 @@ def _html_cell(c: Cell, show_ci: bool) -> str:
     num = pct_text(c.shown)
     num = f"<strong>{num}</strong>" if c.mark == "best" else f"<u>{num}</u>" if c.mark == "second" else num
     num += f'<span class="degraded" title="{esc("; ".join(c.degraded))}">{DAGGER}</span>' if c.degraded else ""
+    num += f'<span class="substitute" title="{esc("; ".join(c.substitute))}">{MARK}</span>' if c.substitute else ""
     if c.delta is not None:
         cls = "up" if c.delta > 0 else "down" if c.delta < 0 else "zero"
         num += f'<sub class="{cls}">{esc(_delta_plain(c.delta))}</sub>'
@@ -222,6 +229,6 @@ def to_html(t: ReportTable) -> str:
                    + "".join(_html_cell(c, t.show_ci) for c in r.cells) + "</tr>")
     out.append("</tbody></table>")
     out.append('<div class="caption">' + "".join(f"<p>{esc(c)}</p>" for c in t.caption) + "</div>")
-    if degraded_notes(t):
-        out.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in degraded_notes(t)) + "</ul>")
+    if _notes(t):
+        out.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in _notes(t)) + "</ul>")
     return "\n".join(out) + "\n"

@@ -34,6 +34,7 @@ from .grid import (
     tokens_text,
 )
 from .plan import STAGE_METHODS, cycles_variant, gold_removed, k_variant, matched
+from .provenance_marks import notes_for_rows
 from .results import Results
 from .stats import AGGREGATION_RULE, CI_METHOD, holm_caption, paired_test_caption
 
@@ -80,6 +81,8 @@ def _acc(res: Results, backend: str, bench: str, alias: str, sources: list[str] 
     cell = accuracy_cell(res.rows(backend, bench, alias, sources), n_boot, seed, res.why_not(backend, bench, alias))
     if cell.value is not None:
         cell.degraded = res.degraded(backend, bench, alias)
+        data = res.data(backend, bench)
+        cell.substitute = notes_for_rows(data.run if data else None, cell.rows)
     return cell
 
 

@@ -48,3 +48,19 @@ def test_malformed_line_names_file_and_line(tmp_path):
     (d / "torchhub_eval.json").write_text("")
     with pytest.raises(DataError, match=r"torchhub_api\.jsonl:2: malformed JSON line"):
         APIBench(data_dir=tmp_path).load_source("torchhub")
+
+
+def test_torchhub_rule_option_reaches_the_evaluator():
+    """--opt torchhub_rule=paper: a TorchHub answer without an api_call is a hallucination (the paper-era
+    script); by default it is neither (the current script)."""
+    data = need_data("apibench").parent
+    t = APIBench(data_dir=data).load_tasks("torchhub")[0]
+    prose = Answer(text="I would use a video classification model from PyTorch Hub.")
+    cur = asyncio.run(APIBench(data_dir=data).score(t, prose, None))
+    pap = asyncio.run(APIBench(data_dir=data, options={"torchhub_rule": "paper"}).score(t, prose, None))
+    assert not cur.correct and cur.details["hallucination"] is False and cur.details["torchhub_rule"] == "current"
+    assert not pap.correct and pap.details["hallucination"] is True and pap.details["torchhub_rule"] == "paper"
+    from sourcebench.harness.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"apibench: --opt torchhub_rule='1923': expected current or paper"):
+        APIBench(data_dir=data, options={"torchhub_rule": "1923"})

@@ -24,7 +24,6 @@ from sourcebench.adapters.fetch.manifest import MANIFEST, Manifest
 from sourcebench.adapters.multidoc2dial import MultiDoc2Dial
 from sourcebench.adapters.narrativeqa import HF_REVISION, PAPER_STORIES, NarrativeQA
 from sourcebench.adapters.phantomwiki import PhantomWiki
-from sourcebench.adapters.swe_qa import SWEQA
 from sourcebench.harness.cli import main
 from sourcebench.harness.errors import ConfigError, DataError
 
@@ -205,49 +204,7 @@ def make_repo(path: Path) -> tuple[str, str]:
     return first, git("rev-parse", "HEAD", cwd=path)
 
 
-def test_swe_qa_fetch_downloads_questions_and_clones_at_the_pin(server, tmp_path, monkeypatch):
-    first, _ = make_repo(tmp_path / "upstream" / "flask")
-    questions = (json.dumps({"question": "What does hello return?", "answer": "hello"}) + "\n").encode()
-    commits = f"https://github.com/pallets/flask {first[:7]}\n".encode()
-    files = {"Benchmark/flask.jsonl": ("flask.jsonl", questions), "repo_commit.txt": ("repo_commits.txt", commits)}
-    for path, (_, body) in files.items():
-        server.add(f"/sweqa/{path}", body)
-    monkeypatch.setattr(swe_qa, "RAW", server.url + "/sweqa/")
-    monkeypatch.setattr(swe_qa, "FILES", tuple((p, n, len(b), hashlib.sha256(b).hexdigest())
-                                               for p, (n, b) in files.items()))
-    monkeypatch.setattr(swe_qa, "REPOS", {"flask": (str(tmp_path / "upstream" / "flask"), first[:7])})
-    dest = tmp_path / "data"
-    rep = run_fetch("swe_qa", dest, {}, quiet)
-    assert rep.done == ["flask.jsonl", "repo_commits.txt", "repos/flask"]
-    clone = dest / "swe_qa" / "repos" / "flask"
-    assert git("rev-parse", "HEAD", cwd=clone) == first and "'hello'" in (clone / "app.py").read_text()
-    assert Manifest(dest / "swe_qa", "swe_qa").get("repos/flask")["commit"] == first
-    b = SWEQA(data_dir=dest)
-    assert b.source_ids() == ["flask"] and b.tree("flask") == clone and b.commit("flask") == first[:7]
-    assert any(e.path == "app.py" for e in b.load_source("flask").elements)
-    # a re-run keeps the clone at the pin; one moved to another commit is put back
-    assert run_fetch("swe_qa", dest, {}, quiet).kept == ["flask.jsonl", "repo_commits.txt", "repos/flask"]
-    git("checkout", "-q", "main", cwd=clone)
-    assert run_fetch("swe_qa", dest, {}, quiet).done == ["repos/flask"]
-    assert git("rev-parse", "HEAD", cwd=clone) == first
-
-
-def test_swe_qa_interrupted_clone_starts_over_and_repos_option(server, tmp_path, monkeypatch):
-    first, _ = make_repo(tmp_path / "upstream" / "pytest")
-    monkeypatch.setattr(swe_qa, "FILES", ())
-    monkeypatch.setattr(swe_qa, "REPOS", {"pytest": (str(tmp_path / "upstream" / "pytest"), first),
-                                          "flask": ("file:///nonexistent/flask", "0" * 40)})
-    leftover = tmp_path / "swe_qa" / "repos" / ".pytest.clone"
-    leftover.mkdir(parents=True)
-    (leftover / "half").write_text("")
-    rep = run_fetch("swe_qa", tmp_path, {"repos": "pytest"}, quiet)  # flask is not cloned
-    assert rep.done == ["repos/pytest"] and not leftover.exists()
-    assert not (tmp_path / "swe_qa" / "repos" / "flask").exists()
-    assert run_fetch("swe_qa", tmp_path, {"repos": "none"}, quiet).done == []
-    with pytest.raises(ConfigError, match="repos='django'"):
-        run_fetch("swe_qa", tmp_path, {"repos": "django"}, quiet)
-    with pytest.raises(DataError, match=r"`git clone .*nonexistent/flask.*` failed"):
-        run_fetch("swe_qa", tmp_path, {"repos": "flask"}, quiet)
+# the archive fetch of the pinned trees is tested in tests/adapters/test_swe_qa.py
 
 
 def test_swe_qa_pins_are_the_real_files(shared_data):

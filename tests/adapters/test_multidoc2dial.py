@@ -45,14 +45,29 @@ def test_tasks_are_answered_user_turns_with_history_and_gold_labels():
                                     "0f1e2d3c4b5a69788796a5b4c3d2e1f0_1", "0f1e2d3c4b5a69788796a5b4c3d2e1f0_3",
                                     "11112222333344445555666677778888_1"])
     t = tasks["a1b2c3d4e5f60718293a4b5c6d7e8f90_3"]
-    assert t.question.startswith("And if I would rather send it by mail?\n\nEarlier turns of the conversation")
-    assert t.question.index("User: How do I renew my registration online?") < t.question.index("Agent: You can renew")
+    assert t.question.startswith("And if I would rather send it by mail?\n\nEarlier turns of the conversation, "
+                                 "most recent first:\n")
+    # the official loading script: utterance, then the previous turns reversed (the latest first)
+    assert t.question.index("Agent: You can renew") < t.question.index("User: How do I renew my registration online?")
     assert t.reference == ["Mail the renewal form with a check; it takes about two weeks."]
     assert t.group == "a1b2c3d4e5f60718293a4b5c6d7e8f90"  # grouped by dialogue
     # gold documents/sections come from the next agent turn's references (span 8 lies in section 3)
     assert t.metadata["gold_doc_ids"] == [REG] and t.metadata["gold_element_ids"] == [f"{REG}::3"]
     first = tasks["0f1e2d3c4b5a69788796a5b4c3d2e1f0_3"]
     assert first.metadata["n_history_turns"] == 2 and first.metadata["gold_element_ids"] == [f"{PERMIT}::1"]
+
+
+def test_history_is_most_recent_first_on_one_line_each():
+    """doc2dial_pub.py builds the question as the utterance, then the earlier turns in reverse order, each
+    with newlines and tabs replaced by spaces."""
+    from sourcebench.adapters.multidoc2dial import render_question
+
+    history = [{"role": "user", "utterance": "first\nquestion"}, {"role": "agent", "utterance": "first\treply"},
+               {"role": "user", "utterance": "second question"}, {"role": "agent", "utterance": "second reply"}]
+    assert render_question("third\nquestion ", history) == (
+        "third question\n\nEarlier turns of the conversation, most recent first:\n"
+        "Agent: second reply\nUser: second question\nAgent: first reply\nUser: first question")
+    assert render_question("only turn", []) == "only turn"
 
 
 def test_turns_kept_follow_the_official_loading_script():

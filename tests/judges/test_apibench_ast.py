@@ -244,3 +244,55 @@ def test_evaluate_file_rejects_bad_question_ids(tmp_path):
     bad.write_text(json.dumps({"question_id": 2, "text": "x"}) + "\n", encoding="utf-8")
     with pytest.raises(DataError, match=r"bad\.jsonl:1: question_id"):
         evaluate_file("torchhub", bad, tmp_path)
+
+
+# ----------------------------------------------------------------------------------------------
+# the paper-era TorchHub rule (the script before Gorilla's rewrite of 2023-06-03)
+
+
+def test_paper_era_torchhub_rule_counts_a_response_without_api_call_as_hallucination(tmp_path, capsys):
+    db = APIDatabase([TH_RECORD], "torchhub")
+    gold = {"domain": "Video Classification"}
+    no_marker = "Use the slow_r50 model from pytorchvideo to classify the clip."
+    right = "api_call: torch.hub.load('facebookresearch/pytorchvideo', 'slow_r50') api_provider: PyTorch"
+    wrong = "api_call: torch.hub.load('someone/else', 'nothing') api_provider: PyTorch"
+    current = [evaluate_response(t, "torchhub", db, gold) for t in (no_marker, right, wrong)]
+    paper = [evaluate_response(t, "torchhub", db, gold, torchhub_rule="paper") for t in (no_marker, right, wrong)]
+    assert [(v.correct, v.hallucination) for v in current] == [(False, False), (True, False), (False, True)]
+    assert [(v.correct, v.hallucination) for v in paper] == [(False, True), (True, False), (False, True)]
+    assert "paper-era" in paper[0].reason and paper[0].details == {"torchhub_rule": "paper"}
+    # the other hubs parse the whole text either way: the rule is TorchHub's only
+    with pytest.raises(DataError, match="torchhub_rule 'old'"):
+        evaluate_response(no_marker, "torchhub", db, gold, torchhub_rule="old")
+    # the same through a responses file and the judge command
+    (tmp_path / "torchhub_api.jsonl").write_text(json.dumps(TH_RECORD) + "\n", encoding="utf-8")
+    (tmp_path / "torchhub_eval.json").write_text(json.dumps({"api_data": TH_RECORD}) + "\n", encoding="utf-8")
+    resp = tmp_path / "responses.jsonl"
+    resp.write_text("".join(json.dumps({"question_id": 1, "text": t}) + "\n" for t in (no_marker, right)),
+                    encoding="utf-8")
+    assert evaluate_file("torchhub", resp, tmp_path)[1]["hallucination"] == 0
+    assert evaluate_file("torchhub", resp, tmp_path, torchhub_rule="paper")[1]["hallucination"] == 1
+    from sourcebench.harness.cli import main
+
+    args = ["judge", "apibench", "--hub", "torchhub", "--responses", str(resp), "--data-dir", str(tmp_path)]
+    assert main([*args, "--torchhub-rule", "paper"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert json.loads(out[0]) == {"question_id": 1, "correct": False, "hallucination": True}
+    assert json.loads(out[-1]) == {"totals": {"n": 2, "correct": 1, "hallucination": 1, "accuracy": 0.5,
+                                              "hallucination_rate": 0.5}, "torchhub_rule": "paper"}
+    assert main(args) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["hallucination"] is False
+
+
+@needs_data
+def test_paper_era_rule_on_the_published_torchhub_files():
+    """The two rules differ on 188 of the 1,488 published TorchHub verdicts: all 186 of RT 0-shot (no
+    response has an api_call) and 2 of FT oracle; the published FT 0-shot numbers are the same under both."""
+    diffs = {}
+    for f in sorted(RESPONSES.glob("response_torchhub_*.jsonl")):
+        cur, _ = evaluate_file("torchhub", f, DATA)
+        pap, totals = evaluate_file("torchhub", f, DATA, torchhub_rule="paper")
+        diffs[f.name] = sum(a != b for a, b in zip(cur, pap))
+        if f.name == "response_torchhub_Gorilla_FT_0_shot.jsonl":
+            assert round(100 * totals["hallucination_rate"], 2) == 16.13
+    assert sum(diffs.values()) == 188 and diffs["response_torchhub_Gorilla_RT_0_shot.jsonl"] == 186
