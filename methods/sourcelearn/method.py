@@ -40,7 +40,7 @@ from sourcebench.harness.io import atomic_write_json
 from sourcebench.harness.method import Command, Context, Entry, LearnContext, Method
 from sourcebench.harness.token_budget import measure_chars_per_token
 
-from ..evidence import NO_GOLD, failure, gold_document_elements, load_index, retrieve
+from ..evidence import NO_GOLD, failure, gold_document_elements, load_index, retrieve, shared_index_deviations
 from .activation import activate
 from .config import SourceLearnConfig
 from .construct import construct
@@ -187,7 +187,7 @@ class SourceLearnBase(Method):
     # restatement (one retry), learning retrieval independent of top_k, the structure gate, Pi0 in Pi1, the
     # first routed region cut to its nearest units, folding over the entities that state an attribute
     Config = SourceLearnConfig
-    deviations = DEVIATIONS
+    deviations = [*DEVIATIONS, *shared_index_deviations()]  # its raw evidence is the shared index's top k
     start: ClassVar[str] = "M0"  # the model the variant ends with (M0, MS) or task learning starts from
     task_learning: ClassVar[bool] = False
     shared_stages: ClassVar[tuple[str, ...]] = ("construct_", "ms_")  # M0 and MS, keyed by their stage versions
