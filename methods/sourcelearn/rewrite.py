@@ -591,10 +591,15 @@ def _draft(out: RegionRewrite, sm: SourceModel, source: Source, job: RewriteJob,
             continue
         absorbed = [i for i in dict.fromkeys(a.strip() for a in p.absorbs) if i in by_id]
         if spec.mode == "refine":
-            room = [i for i in absorbed if i in replaced or len(replaced) < MAX_REPLACE]
-            stats.over_replace += len(absorbed) - len(room)
+            room = []
+            for i in absorbed:
+                if i not in replaced and len(replaced) >= MAX_REPLACE:
+                    stats.over_replace += 1
+                    continue
+                room.append(i)
+                if i not in replaced:
+                    replaced.append(i)
             absorbed = room
-            replaced += [i for i in absorbed if i not in replaced]
         candidates.append(Unit(id=uid, statement=statement, role=p.role, scope=scope, conditions=conditions,
                                anchors=SourceModel.stamp(p.element_ids, source), origin=spec.origin,
                                absorbed=absorbed,
@@ -740,6 +745,8 @@ async def rewrite_job(llm: BoundLLM, sm: SourceModel, source: Source, job: Rewri
             return RewriteResult(job.name, False, old_ids, list(old), "replacement refused: a new unit did not ground",
                                  stats)
         accepted, replaced = done
+        if not accepted:
+            return RewriteResult(job.name, False, old_ids, list(old), "nothing new to write", stats)
         stats.accepted += len(accepted)
         stats.committed += 1
         stats.kept += len(old) - len(replaced)

@@ -131,10 +131,10 @@ def shown_units(sm: SourceModel, source: Source, needs: TaskNeeds, k: int = SHOW
     """Units the refinement may touch (official ``region_units``): those that already state a needed
     claim, then the ``k`` nearest to the needed claims; maps and cards are never among them."""
     live = [u for u in sm.units if u.role not in ("map", "card") and not sm.is_stale(u, source)]
-    must = [u for u in (known_unit(c.text, Scope(kind="region", keys=[]), live) for c in needs.claims) if u is not None]
-    out = list(dict.fromkeys(must))
-    out += [u for u in nearest_units(" ".join(c.text for c in needs.claims), live, k) if u not in out]
-    return out[:k + len(must)]
+    must = list({u.id: u for u in (known_unit(c.text, Scope(kind="region", keys=[]), live) for c in needs.claims)
+                 if u is not None}.values())
+    seen = {u.id for u in must}
+    return must + [u for u in nearest_units(" ".join(c.text for c in needs.claims), live, k) if u.id not in seen]
 
 
 async def refine(llm: BoundLLM, sm: SourceModel, source: Source, needs: TaskNeeds, cfg: SourceLearnConfig,

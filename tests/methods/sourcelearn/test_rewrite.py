@@ -62,10 +62,10 @@ def route(writer, gate=lambda prompt: True):
         if props == WRITER:
             return json.dumps(writer(prompt))
         if props == GATE:
-            ids = re.findall(r"^\[([^\]\n]+)\]", prompt, re.M)[:1]
+            ids = re.findall(r"^\[([^\]\n]+)\]", prompt, re.MULTILINE)[:1]
             return json.dumps({"supported": gate(prompt), "evidence_ids": ids, "unsupported_parts": []})
         if props and all(re.fullmatch(r"claim_\d+", k) for k in props):  # batch grounding: every claim alike
-            ids = re.findall(r"^\[([^\]\n]+)\]", prompt, re.M)[:1]
+            ids = re.findall(r"^\[([^\]\n]+)\]", prompt, re.MULTILINE)[:1]
             return json.dumps({k: {"supported": gate(prompt), "evidence_ids": ids} for k in props})
         if props == PRESERVE:
             return json.dumps({"lost": []})

@@ -92,7 +92,7 @@ def excerpts_in(prompt: str) -> dict[str, str]:
     """The ``[id] title\\ntext`` excerpts of a grounding prompt, by id."""
     body = prompt.split("Source excerpts:\n", 1)[1].split("\n\nClaim", 1)[0]
     return {m.group(1): m.group(2)
-            for m in re.finditer(r"^\[([^\]\n]+)\][^\n]*\n(.*?)(?=\n\n\[|\Z)", body, re.S | re.M)}
+            for m in re.finditer(r"^\[([^\]\n]+)\][^\n]*\n(.*?)(?=\n\n\[|\Z)", body, re.DOTALL | re.MULTILINE)}
 
 
 def best_ids(claim: str, excerpts: dict[str, str]) -> list[str]:
