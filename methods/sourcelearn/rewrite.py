@@ -559,6 +559,7 @@ class _Draft:
     kept_ids: list[str]
     candidates: list[Unit]
     notes_used: int = 0  # proposals that cite one of the notes (official ``from_notes``)
+    required: list[bool] = field(default_factory=list)  # per candidate: absorbs a unit or draws on a note
 
 
 def _draft(out: RegionRewrite, sm: SourceModel, source: Source, job: RewriteJob, spec: RewriteSpec,
@@ -572,6 +573,7 @@ def _draft(out: RegionRewrite, sm: SourceModel, source: Source, job: RewriteJob,
     allowed = set(job.allowed)
     replaced: list[str] = []
     candidates: list[Unit] = []
+    required: list[bool] = []
     for p in out.units[:MAX_REWRITE_UNITS]:
         stats.proposed += 1
         statement = " ".join(p.statement.split())
@@ -604,8 +606,9 @@ def _draft(out: RegionRewrite, sm: SourceModel, source: Source, job: RewriteJob,
                                anchors=SourceModel.stamp(p.element_ids, source), origin=spec.origin,
                                absorbed=absorbed,
                                protected=spec.protect_new or any(by_id[i].protected for i in absorbed)))
+        required.append(bool(absorbed) or any(1 <= n <= len(job.notes) for n in p.notes))
     notes_used = sum(1 for p in out.units[:MAX_REWRITE_UNITS] if any(1 <= n <= len(job.notes) for n in p.notes))
-    return _Draft(kept_ids, candidates, notes_used)
+    return _Draft(kept_ids, candidates, notes_used, required)
 
 
 async def _gate_all(llm: BoundLLM, candidates: list[Unit], source: Source, spec: RewriteSpec, gate_stats: GateStats,
@@ -754,6 +757,15 @@ async def rewrite_job(llm: BoundLLM, sm: SourceModel, source: Source, job: Rewri
         final = [u for u in old if u.id not in replaced] + accepted
         return RewriteResult(job.name, True, old_ids, final, "", stats, replaced, draft.notes_used)
 
+    # official ``prepare_rewrite``: an empty proposal, a proposal of which nothing grounded, or one whose
+    # required units (absorbing an old unit or drawing on a note) all failed, leaves the units as they were
+    if not res.value.units:  # type: ignore[union-attr]
+        return RewriteResult(job.name, False, old_ids, list(old), "empty proposal", stats)
+    grounded = [g is not None for g in gated]
+    if draft.candidates and (not any(grounded) or (any(draft.required) and not any(
+            ok and req for ok, req in zip(grounded, draft.required)))):
+        return RewriteResult(job.name, False, old_ids, list(old), "refused: the units it rests on did not ground",
+                             stats)
     accepted = []
     for u in gated:
         if u is not None and all(a.id != u.id for a in accepted) and u.id not in old_ids:

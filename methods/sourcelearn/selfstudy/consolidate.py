@@ -257,6 +257,7 @@ async def rewrite_entities(llm: BoundLLM, sm: SourceModel, source: Source, notes
     live = _live(sm, source)
     jobs = [entity_job(sm, live, k, ns, extra.get(k, []), protect) for k, ns in notes.items()
             if ns and entity_region(sm, k) is not None]
-    jobs = sorted((j for j in jobs if j.old), key=lambda j: (order.get(j.region_id, len(order)), j.name))
+    jobs = sorted((j for j in jobs if j.old or any(u.protected for u in j.context)),
+                  key=lambda j: (order.get(j.region_id, len(order)), j.name))
     out = sm.copy_deep()
     return out, await _run_jobs(llm, sm, source, jobs, spec, gate_stats, stats, out, gate=True)

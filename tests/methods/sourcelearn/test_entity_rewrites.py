@@ -191,3 +191,16 @@ def test_a_replaced_unit_the_new_units_do_not_carry_and_the_source_supports_stay
     assert alice.id in {u.id for u in out.units} and stats.rewrite.not_superseded == 1
     assert "Alice is a pilot." in {u.statement for u in out.units}
     assert Scope(kind="entity", keys=["Alice"]) == next(u for u in out.units if u.statement == "Alice is a pilot.").scope
+
+
+def test_a_rewrite_whose_required_units_all_fail_grounding_changes_nothing(tmp_path):
+    sm = toy_model()
+    alice = next(u for u in sm.units if u.statement == "Alice flies for Nordair.")
+    scripted.set_script(route({WRITER: writes([proposal("Alice flies gliders.", ["people/alice.md#work"],
+                                                        absorbs=[alice.id])]),
+                               GATE: gate_if(lambda c: False), NARROW: lambda p, _: {"statement": ""},
+                               PRESERVE: lambda p, _: {"lost": []}}))
+    ctx = make_ctx(tmp_path)
+    n = note("Alice flies.", ("people/alice.md#work",), ("Alice",))
+    res = asyncio.run(rewrite_region(ctx.llm, sm, SOURCE, "people", [n], SPEC, GateStats()))
+    assert not res.committed and res.reason.startswith("refused") and calls_with(PRESERVE) == []
