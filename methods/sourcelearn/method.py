@@ -81,10 +81,27 @@ DEVIATIONS = [
      "(median over its elements in the model's tokenizer when the provider counts exactly, at most 4), and the "
      "entity reading and inspection prompts are rebuilt with less material while they overflow the window in the "
      "model's tokens (one dense element, such as a lock file, cannot overflow it); the paper needs no such fit. "
-     "The same fit shrinks the grounding gate's evidence (the cited elements share what is left) and a region "
+     "The same fit shrinks the grounders' evidence (the elements a prompt shows share what is left) and a "
      "rewrite's evidence; a rewrite's reply takes at most a third of a declared window (8,192 tokens: 15 units "
      "of the official 60). With no declared window the official sizes hold (the grounder's 6,000 characters per "
-     "cited element, at most 60,000 per prompt; 60,000 characters of evidence per rewrite)."),
+     "element, at most 60,000 per prompt; 60,000 characters of evidence per rewrite)."),
+    ("Rewrites (consolidation per entity, cross-entity and pair passes, recalibration per entity): the writer "
+     "lists the current units it keeps unchanged (`keep`) and names the excerpts a new unit rests on; the "
+     "official writer re-emits the entity's units and names none. A kept unit stays as it is, as a re-emitted "
+     "one would, without the writer restating it; the named excerpts are a hint only: as officially, every "
+     "statement is grounded against all of the rewrite's evidence and anchored where the grounder finds it, "
+     "and every unit neither kept nor absorbed goes through the preservation check (25 a call, no cap). "
+     "Calls on PhantomWiki (API-like test backend, medium effort, sourcelearn/-m0/-ms, 2 tasks): per-entity "
+     "consolidation took ms_consolidate 3 -> 25, ms_ground 10 -> 36, ms_preserve 3 -> 20 calls against the "
+     "former one rewrite per region; effect on scores not measured."),
+    ("Failure-guided refinement writes through the shared writer in refine mode (a proposal that absorbs "
+     "current units is a replacement, one that absorbs none an addition) instead of the official KNOWN / ADD "
+     "/ REPLACE_GROUP reply; the gates are the official ones (each new unit grounded alone against all of the "
+     "task's evidence, a replacement refused unless every new unit grounds, an addition the model already "
+     "states dropped by word overlap confirmed by entailment, at most 4 units replaced, each only if the new "
+     "units entail it or its own evidence no longer supports it). The units that already state a needed claim "
+     "(shown beside the 12 nearest) are found by the same word-overlap rule; officially the diagnosis's "
+     "per-claim status names them. Not measured."),
     ("Small context windows: the activation budget is min(B, window - evidence - reply - prompt reserve), in the "
      "solver's own tokens when its provider counts them exactly (local models), else chars / 4."),
     "If the router call fails, regions are ordered by word overlap between the question and routing cards.",
