@@ -298,8 +298,21 @@ async def _stages(syn: Synthetic, rec: Recorder) -> None:
     from sourcebench.methods.sourcelearn.activation import route
     from sourcebench.methods.sourcelearn.config import SourceLearnConfig
     from sourcebench.methods.sourcelearn.construct import read_entity
-    from sourcebench.methods.sourcelearn.grounding import GateStats, gate_batch
-    from sourcebench.methods.sourcelearn.rewrite import Note, RewriteSpec, entity_units, rewrite_region
+    from sourcebench.methods.sourcelearn.grounding import (
+        GateStats,
+        gate_batch,
+        ground_statements,
+        units_entail,
+    )
+    from sourcebench.methods.sourcelearn.rewrite import (
+        EVIDENCE_TOTAL,
+        REWRITE_EVIDENCE_CHARS,
+        Note,
+        RewriteSpec,
+        entity_units,
+        evidence_shown,
+        rewrite_region,
+    )
     from sourcebench.methods.sourcelearn.selfstudy.observe import observe
     from sourcebench.methods.sourcelearn.selfstudy.plan import plan_round
     from sourcebench.methods.sourcelearn.taskguided.diagnose import diagnose
@@ -322,13 +335,20 @@ async def _stages(syn: Synthetic, rec: Recorder) -> None:
     spec = RewriteSpec(mode="consolidate", origin="self-study", stage="ms_consolidate", ground_stage="ms_ground",
                        preserve_stage="ms_preserve")
     await rewrite_region(rec, sm, src, region0.id, notes, spec, GateStats())  # type: ignore[arg-type]
+    # the rewrite's grounder: 20 statements against all the evidence the writer was shown (60,000 characters)
+    evidence = [i for i, _ in evidence_shown(src, (i for n in notes for i in n.evidence_ids), REWRITE_EVIDENCE_CHARS,
+                                             EVIDENCE_TOTAL)]
+    await ground_statements(rec, [f"statement {n}" for n in range(20)], evidence, src, "ms_ground",  # type: ignore[arg-type]
+                            REWRITE_EVIDENCE_CHARS)
+    # refinement's novelty / supersession check: a statement against model units (the 12 + 4 shown, the most)
+    await units_entail(rec, "statement", [u for u in sm.units if u.role != "card"][:16], "mt_ground")  # type: ignore[arg-type]
     claims = [(f"claim {n}", el[6 * n:6 * n + 6]) for n in range(8)]  # one batch: 8 claims of 6 ids
     await gate_batch(rec, claims, src, stage="construct_ground")  # type: ignore[arg-type]
     await diagnose(rec, FakeIndex(el), src, task, cfg, vocabulary=set(), stage="mt_diagnose")  # type: ignore[arg-type]
 
 
 CHOICE_STAGES = {"construct_read", "route", "ms_plan", "ms_inspect", "ms_consolidate", "construct_ground",
-                 "mt_diagnose"}
+                 "mt_diagnose", "ms_ground", "mt_ground"}
 
 
 @functools.lru_cache(maxsize=4)
@@ -375,7 +395,7 @@ def test_every_choices_schema_is_sent_within_limits_at_sphinx_scale(window, port
 
 def test_sphinx_scale_needs_the_relaxation():
     """On sphinx's shape the writer's region rewrite passes the limits whatever the window (1,136
-    evidence ids of 30 entities' notes), and so does the planner with GPT-4.1's window (all 2,156
+    evidence ids of 30 entities' notes), and so does its grounder (the same ids), and the planner with GPT-4.1's window (all 2,156
     entity keys, twice: DEEPEN and CONNECT); both are sent relaxed. Without a declared window the
     planner lists the keys that fit its prompt (~350) and the router all 217 region ids (twice): those
     stay within and are sent unchanged, enums and all."""
@@ -385,10 +405,12 @@ def test_sphinx_scale_needs_the_relaxation():
         plan = len(by_stage["ms_plan"].choices["entities"])
         if window is None:
             assert LARGE_ENUM < plan < SPHINX.entities
-            assert over == {"ms_consolidate"}
+            assert over == {"ms_consolidate", "ms_ground"}
         else:
             assert plan == SPHINX.entities
-            assert over == {"ms_consolidate", "ms_plan"}
+            assert over == {"ms_consolidate", "ms_ground", "ms_plan"}
+        # the rewrite's grounder is offered exactly the excerpts its writer was shown
+        assert by_stage["ms_ground"].choices["evidence_ids"] == by_stage["ms_consolidate"].choices["element_ids"]
         assert len(by_stage["route"].choices["required"]) == SPHINX.regions
 
 
@@ -481,7 +503,7 @@ STRUCTURED_CALLS = {
     "methods/kb_curator/tools.py": (1, 0), "methods/navigator.py": (1, 0), "methods/rika/atomise.py": (1, 0),
     "methods/rika/extract.py": (1, 0), "methods/rika/relations.py": (1, 0), "methods/rika/route.py": (1, 0),
     "methods/sourcelearn/activation.py": (1, 1), "methods/sourcelearn/audit.py": (4, 0),
-    "methods/sourcelearn/construct.py": (4, 1), "methods/sourcelearn/grounding.py": (4, 1),
+    "methods/sourcelearn/construct.py": (4, 1), "methods/sourcelearn/grounding.py": (7, 3),
     "methods/sourcelearn/regions.py": (1, 0), "methods/sourcelearn/rewrite.py": (1, 1),
     "methods/sourcelearn/selfstudy/observe.py": (1, 1), "methods/sourcelearn/selfstudy/plan.py": (1, 1),
     "methods/sourcelearn/taskguided/diagnose.py": (1, 1), "methods/sourcelearn/taskguided/lessons.py": (1, 0),
