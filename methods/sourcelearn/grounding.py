@@ -156,6 +156,11 @@ class GateStats:
         d["rejected_statements"] = self.rejected_statements[:20]
         return d
 
+    def add(self, other: GateStats) -> None:
+        """Fold in another gate's counts (concurrent rewrites gate apart and are folded in job order)."""
+        for k, v in other.__dict__.items():
+            setattr(self, k, getattr(self, k) + v)
+
 
 async def check(llm: BoundLLM, statement: str, element_ids: list[str], source: Source,
                 stage: str, chars: int = GROUND_CHARS) -> GroundVerdict | None:
@@ -358,27 +363,28 @@ async def ground_rewrite(llm: BoundLLM, statements: list[str], evidence_ids: lis
     sem = asyncio.Semaphore(max(1, concurrency))
 
     async def settle(statement: str, anchors: list[str] | None) -> Grounded:
-        stats.checked += 1
         if anchors:
-            stats.accepted += 1
             return Grounded(statement, anchors)
-        if anchors is None:
-            stats.failed_calls += 1
         if ids:
             async with sem:
                 new = await narrow(llm, statement, ids, source, stage, retry_chars)
                 if new and new != statement:
-                    v = await check(llm, new, ids, source, stage, retry_chars)
-                    got = supported_ids(v, ids, source)
+                    got = supported_ids(await check(llm, new, ids, source, stage, retry_chars), ids, source)
                     if got:
-                        stats.accepted += 1
-                        stats.narrowed += 1
-                        return Grounded(new, got, narrowed=True)
-        stats.rejected += 1
-        stats.rejected_statements.append(statement[:200])
+                        return Grounded(new, got, narrowed=True, failed_call=anchors is None)
         return Grounded("", [], failed_call=anchors is None)
 
-    return list(await asyncio.gather(*(settle(s, a) for s, a in zip(statements, first))))
+    out = list(await asyncio.gather(*(settle(s, a) for s, a in zip(statements, first))))
+    for statement, g in zip(statements, out):  # counted in statement order, whatever finished first
+        stats.checked += 1
+        stats.failed_calls += g.failed_call
+        if g.statement:
+            stats.accepted += 1
+            stats.narrowed += g.narrowed
+        else:
+            stats.rejected += 1
+            stats.rejected_statements.append(statement[:200])
+    return out
 
 
 async def units_entail(llm: BoundLLM, statement: str, units: list[Unit], stage: str) -> bool:

@@ -209,12 +209,16 @@ async def _run_jobs(llm: BoundLLM, sm: SourceModel, source: Source, jobs: list[R
     sem = asyncio.Semaphore(max(1, spec.concurrency))
     ids = {u.id for u in sm.units}
 
-    async def one(job: RewriteJob) -> RewriteResult:
+    gates = [GateStats() for _ in jobs]  # each job gates apart; folded in job order below
+
+    async def one(job: RewriteJob, gs: GateStats) -> RewriteResult:
         async with sem:
-            return await rewrite_job(llm, sm, source, job, spec, gate_stats, ids)
+            return await rewrite_job(llm, sm, source, job, spec, gs, ids)
 
     by_id = {u.id: u for u in sm.units}
-    results = await asyncio.gather(*(one(j) for j in jobs))
+    results = await asyncio.gather(*(one(j, g) for j, g in zip(jobs, gates)))
+    for g in gates:
+        gate_stats.add(g)
     if gate:
         results = [structure_gate(sm, r, by_id) for r in results]
     for res in results:

@@ -204,3 +204,26 @@ def test_a_rewrite_whose_required_units_all_fail_grounding_changes_nothing(tmp_p
     n = note("Alice flies.", ("people/alice.md#work",), ("Alice",))
     res = asyncio.run(rewrite_region(ctx.llm, sm, SOURCE, "people", [n], SPEC, GateStats()))
     assert not res.committed and res.reason.startswith("refused") and calls_with(PRESERVE) == []
+
+
+def test_concurrent_entity_rewrites_give_the_same_model_and_gate_counts(tmp_path):
+    notes = [note(f"{k} flies for Nordair.", (f"people/{k.lower()}.md#work",), (k,)) for k in ("Alice", "Bob", "Carol")]
+
+    def writer(prompt: str, _):
+        key = prompt.split("Entity: ", 1)[1].split(" ", 1)[0]
+        return {"keep": [], "units": [proposal(f"{key} is employed by Nordair as a pilot.",
+                                               [f"people/{key.lower()}.md#work"], scope=[key]),
+                                      proposal(f"{key} REJECTED claim.", [f"people/{key.lower()}.md#work"], scope=[key])]}
+
+    runs = []
+    for conc in (1, 4):
+        scripted.set_script(route({WRITER: writer, GATE: gate_if(lambda c: "REJECTED" not in c),
+                                   NARROW: lambda p, _: {"statement": ""}, PRESERVE: lambda p, _: {"lost": []}}))
+        ctx = make_ctx(tmp_path / f"c{conc}")
+        gs = GateStats()
+        spec = RewriteSpec(mode="consolidate", origin="self-study", stage="ms_consolidate", ground_stage="ms_ground",
+                           preserve_stage="ms_preserve", concurrency=conc)
+        out, _ = asyncio.run(consolidate(ctx.llm, toy_model(), SOURCE, notes, spec, gs, RewriteStats()))
+        runs.append(([u.model_dump() for u in out.units], gs.as_dict()))
+    assert runs[0] == runs[1]
+    assert runs[0][1]["rejected_statements"] == [f"{k} REJECTED claim." for k in ("Alice", "Bob", "Carol")]
