@@ -38,7 +38,15 @@ from sourcebench.harness.data import Source
 from sourcebench.harness.schema_limits import bounded_list, bounded_text
 from sourcebench.harness.token_budget import fit_to_window
 
-from .grounding import GROUND_CHARS, GateStats, ground_rewrite, preservation_check, units_entail
+from .grounding import (
+    GROUND_CHARS,
+    GateStats,
+    check,
+    ground_rewrite,
+    preservation_check,
+    supported_ids,
+    units_entail,
+)
 from .model import Cited, Few, Origin, Phrase, Scope, SourceModel, Statement, Unit
 from .words import content_words
 
@@ -697,8 +705,6 @@ async def may_supersede(llm: BoundLLM, old: Unit, new: list[Unit], evidence_ids:
                         spec: RewriteSpec) -> bool:
     """One old unit may be replaced when the new units entail it, or when its own anchors lie in the
     evidence and the evidence does not support it (a wrong unit); otherwise it stays (official ``_may_supersede``)."""
-    from .grounding import check, supported_ids
-
     if await units_entail(llm, old.render(), new, spec.ground_stage):
         return True
     covered = set(old.element_ids()) & set(evidence_ids)

@@ -157,6 +157,7 @@ async def refine(llm: BoundLLM, sm: SourceModel, source: Source, needs: TaskNeed
                               + [k for u in shown if u.scope.kind in ("entity", "pair") for k in u.scope.keys]))
     region = next((r for r in (entity_region(sm, k) for k in keys) if r is not None), None)
     region = region or next((r for r in (primary_region(sm, u) for u in shown) if r is not None), "")
+    keys = keys or [e.key for e in sm.layout().entities_by_region.get(region, [])]
     evidence = list(dict.fromkeys([i for c in needs.claims for i in c.evidence_ids] + list(needs.support_ids)))
     job = RewriteJob(name=f"task {needs.task_id}", region_id=region, old=shown, notes=targets, evidence_ids=evidence,
                      allowed=keys, kind="refine", question=needs.question)
