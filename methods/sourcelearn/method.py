@@ -91,9 +91,10 @@ DEVIATIONS = [
      "one would, without the writer restating it; the named excerpts are a hint only: as officially, every "
      "statement is grounded against all of the rewrite's evidence and anchored where the grounder finds it, "
      "and every unit neither kept nor absorbed goes through the preservation check (25 a call, no cap). "
-     "Calls on PhantomWiki (API-like test backend, medium effort, sourcelearn/-m0/-ms, 2 tasks): per-entity "
-     "consolidation took ms_consolidate 3 -> 25, ms_ground 10 -> 36, ms_preserve 3 -> 20 calls against the "
-     "former one rewrite per region; effect on scores not measured."),
+     "Calls on PhantomWiki (API-like test backend, medium effort, sourcelearn/-m0/-ms, 2 tasks), against the "
+     "former one rewrite per region: bundled universe (25 entities) ms_consolidate 3 -> 25, ms_ground 10 -> 36, "
+     "ms_preserve 3 -> 20; 51-person universe ms_consolidate 6 -> 55, ms_ground 10 -> 98, ms_preserve 6 -> 46, "
+     "mt_ground 5 -> 13; effect on scores not measured."),
     ("Failure-guided refinement writes through the shared writer in refine mode (a proposal that absorbs "
      "current units is a replacement, one that absorbs none an addition) instead of the official KNOWN / ADD "
      "/ REPLACE_GROUP reply; the gates are the official ones (each new unit grounded alone against all of the "
