@@ -1,16 +1,21 @@
 """The two gates every SourceLearn write passes: grounding and preservation.
 
-Grounding: a proposed statement is kept only if the source excerpts it cites entail it. A negative
-claim ("X is not supported") additionally needs an excerpt that states a denial: absence from the
-excerpts is not evidence of absence from the source. An unsupported statement gets one narrowing
-retry (rewrite it down to what the excerpts establish), then is rejected.
+Grounding of a rewrite (official ``reconstruction/update.py`` ``ground_batch`` / ``ground``): the writer
+decides what to say, the grounder decides where the evidence is. Every proposed statement is judged
+against ALL of the rewrite's evidence (each element shown up to the rewrite's window), many statements
+per call, and a supported statement is anchored in the excerpts the grounder names (none named: not
+supported). A statement that fails gets one narrowing retry against the same evidence, judged alone.
+Negative claims are held to the prompt's rule (an excerpt must state the denial), as in the official
+grounder. Construction's gate (``gate_unit``, ``gate_batch``) checks claims against their cited ids and
+adds a code-side denial check.
 
-Preservation: after a region is rewritten, the old meanings the new region no longer represents
-are listed; those old units are kept, so learning never silently loses supported knowledge.
+Preservation: after a rewrite, the old meanings the new units no longer represent are listed, 25 per
+call with no cap (official ``preservation_check``); those old units are kept.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import re
 from collections.abc import Callable
@@ -151,6 +156,11 @@ class GateStats:
         d["rejected_statements"] = self.rejected_statements[:20]
         return d
 
+    def add(self, other: GateStats) -> None:
+        """Fold in another gate's counts (concurrent rewrites gate apart and are folded in job order)."""
+        for k, v in other.__dict__.items():
+            setattr(self, k, getattr(self, k) + v)
+
 
 async def check(llm: BoundLLM, statement: str, element_ids: list[str], source: Source,
                 stage: str, chars: int = GROUND_CHARS) -> GroundVerdict | None:
@@ -268,22 +278,155 @@ async def gate_batch(llm: BoundLLM, claims: list[tuple[str, list[str]]], source:
     return out
 
 
+GROUND_BATCH = 20  # statements per grounding call of a rewrite (official ``ground_batch`` batch)
+CLAIM_REPLY_TOKENS = 80  # a verdict with a few excerpt ids
+
+
+def supported_ids(v: GroundVerdict | ClaimVerdict | None, allowed: list[str], source: Source) -> list[str]:
+    """The excerpts a verdict names that are in the rewrite's evidence; a verdict naming none is not
+    a grounding (official ``ground``: supported needs at least one resolvable excerpt id)."""
+    if v is None or not v.supported:
+        return []
+    ok = set(allowed)
+    return [i for i in dict.fromkeys(x.strip().strip("[]") for x in v.evidence_ids)
+            if i in ok and source.element(i) is not None]
+
+
+async def ground_statements(llm: BoundLLM, statements: list[str], evidence_ids: list[str], source: Source,
+                            stage: str, chars: int = GROUND_CHARS, batch: int = GROUND_BATCH) -> list[list[str] | None]:
+    """Each statement judged against all of ``evidence_ids`` (each element its first ``chars``), ``batch``
+    statements a call. Per statement: the anchors the grounder chose ([] = not supported), or None when
+    its call failed. Batches are independent calls and are issued together; the result is in statement order."""
+    ids = [i for i in dict.fromkeys(evidence_ids) if source.element(i) is not None]
+    if not statements:
+        return []
+    if not ids:
+        return [[] for _ in statements]
+
+    async def one(chunk: list[str]) -> list[list[str] | None]:
+        listing = "\n".join(f"{n}. {s}" for n, s in enumerate(chunk, 1))
+        reply = CLAIM_REPLY_TOKENS * len(chunk) + 50
+
+        def messages(block: str) -> list[dict[str, str]]:
+            return [{"role": "system", "content": GATE_SYSTEM},
+                    {"role": "user", "content": f"Source excerpts:\n{block}\n\nClaims:\n{listing}\n\nJudge every claim "
+                     "on its own against all the excerpts: claim_1 for claim 1, and so on. For a supported claim give "
+                     "the ids of the excerpts that establish it; a claim with any part not established is not "
+                     "supported. Reply in JSON."}]
+
+        msgs = await fitted_prompt(llm, source, ids, chars, reply, messages)
+        res = await llm.structured(msgs, batch_verdicts(len(chunk)), stage=stage, max_tokens=reply,
+                                   choices={"evidence_ids": ids})
+        if res.failed or res.value is None:
+            return [None] * len(chunk)
+        return [supported_ids(getattr(res.value, f"claim_{n}"), ids, source) for n in range(1, len(chunk) + 1)]
+
+    chunks = [statements[i:i + batch] for i in range(0, len(statements), batch)]
+    return [r for part in await asyncio.gather(*(one(c) for c in chunks)) for r in part]
+
+
+async def narrow(llm: BoundLLM, statement: str, evidence_ids: list[str], source: Source, stage: str,
+                 chars: int = GROUND_CHARS, parts: str = "") -> str:
+    """The statement cut down to what the excerpts establish ('' when nothing survives or the call failed)."""
+    note = f"\n\nParts not established: {parts}" if parts else ""
+
+    def messages(block: str) -> list[dict[str, str]]:
+        return [{"role": "system", "content": GATE_SYSTEM},
+                {"role": "user", "content": f"Source excerpts:\n{block}\n\nClaim:\n{statement}{note}\n\nRewrite the "
+                 "claim so that it states only what the excerpts establish (keep its conditions if they are "
+                 "established). Reply in JSON; use an empty statement if nothing remains."}]
+
+    msgs = await fitted_prompt(llm, source, evidence_ids, chars, GATE_MAX_TOKENS, messages)
+    res = await llm.structured(msgs, Narrowed, stage=stage, max_tokens=GATE_MAX_TOKENS)
+    return res.value.statement.strip() if res.value is not None else ""  # type: ignore[union-attr]
+
+
+@dataclass
+class Grounded:
+    """One statement after the rewrite's grounding: what stands (narrowed or not) and where it rests."""
+
+    statement: str  # '' = rejected
+    anchors: list[str]
+    narrowed: bool = False
+    failed_call: bool = False
+
+
+async def ground_rewrite(llm: BoundLLM, statements: list[str], evidence_ids: list[str], source: Source,
+                         stage: str, stats: GateStats, chars: int = GROUND_CHARS,
+                         concurrency: int = 4, batch: int = GROUND_BATCH) -> list[Grounded]:
+    """The rewrite's grounding gate (official ``prepare_rewrite``): batched judgement of every statement
+    against all the evidence, then for each failure one narrowing and a single re-judgement, both on the
+    same evidence (at most GROUND_CHARS an element, official ``narrow_to_evidence`` / ``ground``)."""
+    ids = [i for i in dict.fromkeys(evidence_ids) if source.element(i) is not None]
+    first = await ground_statements(llm, statements, ids, source, stage, chars, batch)
+    retry_chars = min(chars, GROUND_CHARS)
+    sem = asyncio.Semaphore(max(1, concurrency))
+
+    async def settle(statement: str, anchors: list[str] | None) -> Grounded:
+        if anchors:
+            return Grounded(statement, anchors)
+        if ids:
+            async with sem:
+                new = await narrow(llm, statement, ids, source, stage, retry_chars)
+                if new and new != statement:
+                    got = supported_ids(await check(llm, new, ids, source, stage, retry_chars), ids, source)
+                    if got:
+                        return Grounded(new, got, narrowed=True, failed_call=anchors is None)
+        return Grounded("", [], failed_call=anchors is None)
+
+    out = list(await asyncio.gather(*(settle(s, a) for s, a in zip(statements, first))))
+    for statement, g in zip(statements, out):  # counted in statement order, whatever finished first
+        stats.checked += 1
+        stats.failed_calls += g.failed_call
+        if g.statement:
+            stats.accepted += 1
+            stats.narrowed += g.narrowed
+        else:
+            stats.rejected += 1
+            stats.rejected_statements.append(statement[:200])
+    return out
+
+
+async def units_entail(llm: BoundLLM, statement: str, units: list[Unit], stage: str) -> bool:
+    """Whether model units (shown as the excerpts) entail a statement: the official novelty check's
+    confirmation (``verify_known``) and the supersession test (``_may_supersede``). A failed call says no."""
+    if not units:
+        return False
+    block = "\n\n".join(f"[{u.id}] (model unit)\n{u.render()}" for u in units)
+    msgs = [{"role": "system", "content": GATE_SYSTEM},
+            {"role": "user", "content": f"Source excerpts:\n{block}\n\nClaim:\n{statement}\n\n"
+                                        "Is the claim supported? Reply in JSON."}]
+    res = await llm.structured(msgs, GroundVerdict, stage=stage, max_tokens=GATE_MAX_TOKENS,
+                               choices={"evidence_ids": [u.id for u in units]})
+    return bool(not res.failed and res.value is not None and res.value.supported)  # type: ignore[union-attr]
+
+
+PRESERVE_BATCH = 25  # old meanings per preservation call (official ``preservation_check`` batch)
+
+
 class LostMeanings(BaseModel):
-    lost: bounded_list(int, 32) = Field(default_factory=list, description="numbers of old meanings no longer represented")
+    lost: bounded_list(int, PRESERVE_BATCH) = Field(default_factory=list,
+                                                    description="numbers of old meanings no longer represented")
 
 
-async def preservation_check(llm: BoundLLM, old: list[Unit], new: list[Unit], stage: str) -> list[Unit] | None:
-    """Old units whose meaning the new region no longer represents (None if the call failed)."""
+async def preservation_check(llm: BoundLLM, old: list[Unit], new: list[Unit], stage: str,
+                             batch: int = PRESERVE_BATCH) -> list[Unit] | None:
+    """Old units whose meaning the new units no longer represent, ``batch`` old meanings a call and
+    every old unit checked (None if a call failed: the caller then keeps the region as it was)."""
     if not old:
         return []
-    old_block = "\n".join(f"{i}. {u.render()}" for i, u in enumerate(old, 1))
     new_block = "\n".join(f"- {u.render()}" for u in new) or "(empty)"
-    msgs = [{"role": "system", "content": "You compare two versions of part of a source model."},
-            {"role": "user", "content": f"OLD meanings:\n{old_block}\n\nNEW region:\n{new_block}\n\nWhich old "
-             "meanings does the new region no longer represent? A meaning is represented if the new region states "
-             "it, entails it, or covers it with a broader rule, procedure or abstraction; a lost condition, "
-             "exception, value, entity or step is not represented. Reply in JSON with their numbers."}]
-    res = await llm.structured(msgs, LostMeanings, stage=stage, max_tokens=200)
-    if res.failed or res.value is None:
-        return None
-    return [old[i - 1] for i in sorted(set(res.value.lost)) if 1 <= i <= len(old)]  # type: ignore[union-attr]
+    lost: list[Unit] = []
+    for start in range(0, len(old), batch):
+        chunk = old[start:start + batch]
+        old_block = "\n".join(f"{i}. {u.render()}" for i, u in enumerate(chunk, 1))
+        msgs = [{"role": "system", "content": "You compare two versions of part of a source model."},
+                {"role": "user", "content": f"OLD meanings:\n{old_block}\n\nNEW region:\n{new_block}\n\nWhich old "
+                 "meanings does the new region no longer represent? A meaning is represented if the new region "
+                 "states it, entails it, or covers it with a broader rule, procedure or abstraction; a lost "
+                 "condition, exception, value, entity or step is not represented. Reply in JSON with their numbers."}]
+        res = await llm.structured(msgs, LostMeanings, stage=stage, max_tokens=200)
+        if res.failed or res.value is None:
+            return None
+        lost += [chunk[i - 1] for i in sorted(set(res.value.lost)) if 1 <= i <= len(chunk)]  # type: ignore[union-attr]
+    return lost

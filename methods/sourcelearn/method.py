@@ -66,11 +66,13 @@ __all__ = [
 # construct 6: folding's share over the entities that state the attribute; self-study 10: learning-time
 # retrieval (tiers, code windows, DEEPEN 12 / CONNECT 10), 3 observations per question, the structure gate
 # self-study 11: two consecutive idle rounds stop the study, the planner's per-entity digest and cross-entity
-# units, the official units shown to inspection and study, a per-file cap of 3 on every source's study retrieval
+# units, the official units shown to inspection and study, a per-file cap of 3 on every source's study retrieval;
+# self-study 12: rewrites per entity (then one cross-entity pass per region and one pass per CONNECT pair),
+# grounding of every statement against all of the rewrite's evidence, preservation 25 a call with no cap
 # construct 7: the official reading (budget of 6 in total, 900-character excerpts in 60k batches, code closure
 # windows, soft block budgets, the brief with reading questions for documents only) and mechanical abstraction
 CONSTRUCT_VERSION = "7"
-SELFSTUDY_VERSION = "11"
+SELFSTUDY_VERSION = "12"
 MODEL_FILE = "model.json"
 STATS_FILE = "stats.json"
 
@@ -99,10 +101,29 @@ DEVIATIONS = [
      "(median over its elements in the model's tokenizer when the provider counts exactly, at most 4), and the "
      "entity reading and inspection prompts are rebuilt with less material while they overflow the window in the "
      "model's tokens (one dense element, such as a lock file, cannot overflow it); the paper needs no such fit. "
-     "The same fit shrinks the grounding gate's evidence (the cited elements share what is left) and a region "
+     "The same fit shrinks the grounders' evidence (the elements a prompt shows share what is left) and a "
      "rewrite's evidence; a rewrite's reply takes at most a third of a declared window (8,192 tokens: 15 units "
      "of the official 60). With no declared window the official sizes hold (the grounder's 6,000 characters per "
-     "cited element, at most 60,000 per prompt; 60,000 characters of evidence per rewrite)."),
+     "element, at most 60,000 per prompt; 60,000 characters of evidence per rewrite)."),
+    ("Rewrites (consolidation per entity, cross-entity and pair passes, recalibration per entity): the writer "
+     "lists the current units it keeps unchanged (`keep`) and names the excerpts a new unit rests on; the "
+     "official writer re-emits the entity's units and names none. A kept unit stays as it is, as a re-emitted "
+     "one would, without the writer restating it; the named excerpts are a hint only: as officially, every "
+     "statement is grounded against all of the rewrite's evidence and anchored where the grounder finds it, "
+     "and every unit neither kept nor absorbed goes through the preservation check (25 a call, no cap). "
+     "Calls on PhantomWiki (API-like test backend, medium effort, sourcelearn/-m0/-ms, 2 tasks), against the "
+     "former one rewrite per region: bundled universe (25 entities) ms_consolidate 3 -> 25, ms_ground 10 -> 36, "
+     "ms_preserve 3 -> 20; 51-person universe ms_consolidate 6 -> 55, ms_ground 10 -> 98, ms_preserve 6 -> 46, "
+     "mt_ground 5 -> 13; APIBench TorchHub ms_consolidate 11 -> 96, ms_ground 32 -> 167, ms_preserve 11 -> 55. "
+     "Effect on scores not measured."),
+    ("Failure-guided refinement writes through the shared writer in refine mode (a proposal that absorbs "
+     "current units is a replacement, one that absorbs none an addition) instead of the official KNOWN / ADD "
+     "/ REPLACE_GROUP reply; the gates are the official ones (each new unit grounded alone against all of the "
+     "task's evidence, a replacement refused unless every new unit grounds, an addition the model already "
+     "states dropped by word overlap confirmed by entailment, at most 4 units replaced, each only if the new "
+     "units entail it or its own evidence no longer supports it). The units that already state a needed claim "
+     "(shown beside the 12 nearest) are found by the same word-overlap rule; officially the diagnosis's "
+     "per-claim status names them. Not measured."),
     ("Small context windows: besides B (in official m_tokens), the rendered notes must fit what the window leaves "
      "after evidence, reply and prompt reserve, in the solver's own tokens when its provider counts them exactly "
      "(local models), else chars / 4; B shrinks until they do."),
@@ -180,12 +201,16 @@ def model_summary(sm: SourceModel, source: Source) -> dict[str, Any]:
 class SourceLearnBase(Method):
     """Construct M0 -> (self-study MS) -> (task-guided MT); which stages run is set per variant."""
 
-    version = "6"  # 2: bounded reply lists in every stage (see CONSTRUCT_VERSION); 3: exact-token window fit;
+    version = "7"  # 2: bounded reply lists in every stage (see CONSTRUCT_VERSION); 3: exact-token window fit;
     # 4: a planning retry shows the refused proposals (SELFSTUDY_VERSION 7); 5: learning prompts budget
-    # source material in the source's measured characters per token (harness.token_budget); 6 (issue 21):
+    # source material in the source's measured characters per token (harness.token_budget); 6:
     # official evidence windows and rewrite capacity, lessons filtered on the task's own identifiers and
     # restatement (one retry), learning retrieval independent of top_k, the structure gate, Pi0 in Pi1, the
-    # first routed region cut to its nearest units, folding over the entities that state an attribute
+    # first routed region cut to its nearest units, folding over the entities that state an attribute; 7: the
+    # official mechanisms: per-entity rewrites grounded over all evidence, failure-guided refinement with the
+    # question, the nearest units and the official gates, a sequential task-guided chain, the official study
+    # loop and lessons with claim statuses, the official reading and mechanical abstraction, the official
+    # answering context and activation budget
     Config = SourceLearnConfig
     deviations = [*DEVIATIONS, *shared_index_deviations()]  # its raw evidence is the shared index's top k
     start: ClassVar[str] = "M0"  # the model the variant ends with (M0, MS) or task learning starts from

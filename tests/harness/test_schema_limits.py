@@ -298,8 +298,21 @@ async def _stages(syn: Synthetic, rec: Recorder) -> None:
     from sourcebench.methods.sourcelearn.activation import route
     from sourcebench.methods.sourcelearn.config import SourceLearnConfig
     from sourcebench.methods.sourcelearn.construct import read_entity
-    from sourcebench.methods.sourcelearn.grounding import GateStats, gate_batch
-    from sourcebench.methods.sourcelearn.rewrite import Note, RewriteSpec, entity_units, rewrite_region
+    from sourcebench.methods.sourcelearn.grounding import (
+        GateStats,
+        gate_batch,
+        ground_statements,
+        units_entail,
+    )
+    from sourcebench.methods.sourcelearn.rewrite import (
+        EVIDENCE_TOTAL,
+        REWRITE_EVIDENCE_CHARS,
+        Note,
+        RewriteSpec,
+        entity_units,
+        evidence_shown,
+        rewrite_region,
+    )
     from sourcebench.methods.sourcelearn.selfstudy.observe import observe
     from sourcebench.methods.sourcelearn.selfstudy.plan import plan_round
     from sourcebench.methods.sourcelearn.taskguided.diagnose import Claim, TaskNeeds, diagnose
@@ -323,6 +336,13 @@ async def _stages(syn: Synthetic, rec: Recorder) -> None:
     spec = RewriteSpec(mode="consolidate", origin="self-study", stage="ms_consolidate", ground_stage="ms_ground",
                        preserve_stage="ms_preserve")
     await rewrite_region(rec, sm, src, region0.id, notes, spec, GateStats())  # type: ignore[arg-type]
+    # the rewrite's grounder: 20 statements against all the evidence the writer was shown (60,000 characters)
+    evidence = [i for i, _ in evidence_shown(src, (i for n in notes for i in n.evidence_ids), REWRITE_EVIDENCE_CHARS,
+                                             EVIDENCE_TOTAL)]
+    await ground_statements(rec, [f"statement {n}" for n in range(20)], evidence, src, "ms_ground",  # type: ignore[arg-type]
+                            REWRITE_EVIDENCE_CHARS)
+    # refinement's novelty / supersession check: a statement against model units (the 12 + 4 shown, the most)
+    await units_entail(rec, "statement", [u for u in sm.units if u.role != "card"][:16], "mt_ground")  # type: ignore[arg-type]
     claims = [(f"claim {n}", el[6 * n:6 * n + 6]) for n in range(8)]  # one batch: 8 claims of 6 ids
     await gate_batch(rec, claims, src, stage="construct_ground")  # type: ignore[arg-type]
     await diagnose(rec, FakeIndex(el), src, task, cfg, vocabulary=set(), stage="mt_diagnose")  # type: ignore[arg-type]
@@ -333,7 +353,7 @@ async def _stages(syn: Synthetic, rec: Recorder) -> None:
 
 
 CHOICE_STAGES = {"construct_read", "route", "ms_plan", "ms_inspect", "ms_consolidate", "construct_ground",
-                 "mt_diagnose", "mt_status"}
+                 "mt_diagnose", "mt_status", "ms_ground", "mt_ground"}
 
 
 @functools.lru_cache(maxsize=4)
@@ -380,16 +400,19 @@ def test_every_choices_schema_is_sent_within_limits_at_sphinx_scale(window, port
 
 def test_sphinx_scale_needs_the_relaxation():
     """On sphinx's shape the writer's region rewrite passes the limits whatever the window (1,136
-    evidence ids of 30 entities' notes), and so does the planner: its digest holds the entities that
-    fit 60,000 characters (the official STUDY_DIGEST_CHARS; ~555 here) and names 80 more, each a key
-    it may choose, whatever the window; both are sent relaxed. The router's 217 region ids (twice)
+    evidence ids of 30 entities' notes), and so does its grounder (the same ids), and the planner: its
+    digest holds the entities that fit 60,000 characters (the official STUDY_DIGEST_CHARS; ~555 here) and
+    names 80 more, each a key it may choose, whatever the window; all three are sent relaxed. The router's
+    217 region ids (twice)
     stay within and are sent unchanged, enums and all."""
     for window in (None, GPT41_WINDOW):
         by_stage = {s.stage: s for s in captured(SPHINX, window)[1]}
         over = {st for st, s in by_stage.items() if violations(sent_schema(s.schema, s.choices, True)[0])}
         plan = len(by_stage["ms_plan"].choices["entities"])
         assert LARGE_ENUM < plan < SPHINX.entities
-        assert over == {"ms_consolidate", "ms_plan"}
+        assert over == {"ms_consolidate", "ms_ground", "ms_plan"}
+        # the rewrite's grounder is offered exactly the excerpts its writer was shown
+        assert by_stage["ms_ground"].choices["evidence_ids"] == by_stage["ms_consolidate"].choices["element_ids"]
         assert len(by_stage["route"].choices["required"]) == SPHINX.regions
 
 
@@ -482,7 +505,7 @@ STRUCTURED_CALLS = {
     "methods/kb_curator/tools.py": (1, 0), "methods/navigator.py": (1, 0), "methods/rika/atomise.py": (1, 0),
     "methods/rika/extract.py": (1, 0), "methods/rika/relations.py": (1, 0), "methods/rika/route.py": (1, 0),
     "methods/sourcelearn/activation.py": (1, 1), "methods/sourcelearn/audit.py": (4, 0),
-    "methods/sourcelearn/construct.py": (4, 1), "methods/sourcelearn/grounding.py": (4, 1),
+    "methods/sourcelearn/construct.py": (4, 1), "methods/sourcelearn/grounding.py": (7, 3),
     "methods/sourcelearn/regions.py": (1, 0), "methods/sourcelearn/rewrite.py": (1, 1),
     "methods/sourcelearn/selfstudy/observe.py": (1, 1), "methods/sourcelearn/selfstudy/plan.py": (1, 1),
     "methods/sourcelearn/taskguided/diagnose.py": (1, 1), "methods/sourcelearn/taskguided/lessons.py": (2, 1),

@@ -1,11 +1,14 @@
-"""Failure-guided local refinement (paper Eq. 12).
+"""Failure-guided local refinement (paper Eq. 12; official ``task_learning/refine.py``).
 
 For a failed guidance task, one check lists the needed claims the model does not make available
-(C-). Claims already represented trigger no writing: the failure then lies elsewhere. Missing
-claims become learning TARGETS for the implicated region(s): the region's entities are reread from
-the source and the region is reconstructed through ``rewrite.py`` (known / add / replace), at most
-``max_refine_units`` changed units per task, every unit grounded. Targets are notes for the writer,
-never stored; units written here are marked protected (learned from a task).
+(C-). Claims already represented trigger no writing: the failure then lies elsewhere. Otherwise one
+writer call sees the task's question, the missing claims as TARGETS, the units it may touch (those
+that already state a needed claim plus the 12 nearest to the claims by content) and the task's
+evidence (the needed claims' elements first), and proposes known / add / replace through
+``rewrite.py``: every new unit grounded against all that evidence, at most ``max_refine_units`` new
+units and MAX_REPLACE replaced ones, a proposal the model already states dropped, each replaced unit
+superseded only when the new units carry its meaning or it is wrong. Targets are notes for the
+writer, never stored; units written here are marked protected (learned from a task).
 """
 
 from __future__ import annotations
@@ -19,20 +22,23 @@ from sourcebench.harness.data import Source
 from sourcebench.harness.schema_limits import bounded_list
 
 from ..grounding import GateStats
-from ..model import SourceModel, Unit
+from ..model import Scope, SourceModel, Unit
 from ..rewrite import (
     Note,
+    RewriteJob,
     RewriteSpec,
     RewriteStats,
     apply_rewrite,
     element_entity,
+    entity_region,
     fit,
+    known_unit,
     material_chars,
     primary_region,
-    rewrite_region,
+    rewrite_job,
     unit_line,
 )
-from ..selfstudy.consolidate import notes_by_region
+from ..words import content_words
 from .diagnose import Claim, TaskNeeds
 
 if TYPE_CHECKING:
@@ -41,6 +47,7 @@ if TYPE_CHECKING:
     from ..config import SourceLearnConfig
 
 COVERAGE_MAX_TOKENS = 300
+SHOWN_UNITS = 12  # nearest units a refinement may touch besides those stating a needed claim (official)
 
 
 class Coverage(BaseModel):
@@ -112,6 +119,24 @@ async def missing_claims(llm: BoundLLM, sm: SourceModel, source: Source, needs: 
     return [needs.claims[n - 1] for n in nums]
 
 
+def nearest_units(text: str, units: list[Unit], k: int) -> list[Unit]:
+    """The ``k`` units sharing the largest share of ``text``'s content words (official ``nearest_units``);
+    ties keep model order."""
+    st = content_words(text)
+    scored = [(len(st & content_words(u.statement)) / max(1, len(st)), i, u) for i, u in enumerate(units)]
+    return [u for o, _, u in sorted(scored, key=lambda x: (-x[0], x[1]))[:k] if o > 0]
+
+
+def shown_units(sm: SourceModel, source: Source, needs: TaskNeeds, k: int = SHOWN_UNITS) -> list[Unit]:
+    """Units the refinement may touch (official ``region_units``): those that already state a needed
+    claim, then the ``k`` nearest to the needed claims; maps and cards are never among them."""
+    live = [u for u in sm.units if u.role not in ("map", "card") and not sm.is_stale(u, source)]
+    must = list({u.id: u for u in (known_unit(c.text, Scope(kind="region", keys=[]), live) for c in needs.claims)
+                 if u is not None}.values())
+    seen = {u.id for u in must}
+    return must + [u for u in nearest_units(" ".join(c.text for c in needs.claims), live, k) if u.id not in seen]
+
+
 async def refine(llm: BoundLLM, sm: SourceModel, source: Source, needs: TaskNeeds, cfg: SourceLearnConfig,
                  gate_stats: GateStats, stats: RefineStats) -> SourceModel:
     """Repair the model for one failed task; returns the (possibly) updated model, a new object."""
@@ -127,24 +152,24 @@ async def refine(llm: BoundLLM, sm: SourceModel, source: Source, needs: TaskNeed
     owner = element_entity(sm)
     targets = [Note(text=c.text, evidence_ids=c.evidence_ids, implication="needed in use; not available in the model",
                     entities=claim_entities(sm, c, owner), origin="target") for c in missing]
+    shown = shown_units(sm, source, needs)
+    keys = list(dict.fromkeys([k for n in targets for k in n.entities]
+                              + [k for u in shown if u.scope.kind in ("entity", "pair") for k in u.scope.keys]))
+    region = next((r for r in (entity_region(sm, k) for k in keys) if r is not None), None)
+    region = region or next((r for r in (primary_region(sm, u) for u in shown) if r is not None), "")
+    keys = keys or [e.key for e in sm.layout().entities_by_region.get(region, [])]
+    evidence = list(dict.fromkeys([i for c in needs.claims for i in c.evidence_ids] + list(needs.support_ids)))
+    job = RewriteJob(name=f"task {needs.task_id}", region_id=region, old=shown, notes=targets, evidence_ids=evidence,
+                     allowed=keys, kind="refine", question=needs.question)
     spec = RewriteSpec(mode="refine", origin="task-refine", stage="mt_refine", ground_stage="mt_ground",
                        preserve_stage="mt_preserve", max_changed=cfg.max_refine_units, protect_new=True, delta=True,
                        concurrency=cfg.concurrency)
-    ents = {e.key: e for e in sm.entities}
+    res = await rewrite_job(llm, sm, source, job, spec, gate_stats)
+    stats.rewrite.add(res.stats)
     out = sm.copy_deep()
-    remaining = cfg.max_refine_units
-    groups = notes_by_region(out, targets)
-    for region_id, group in sorted(groups.items(), key=lambda kv: -len(kv[1])):  # stable: region order on ties
-        if remaining <= 0:
-            break
-        spec.max_changed = remaining
-        reread = list(needs.support_ids) + [i for n in group for k in n.entities if k in ents
-                                            for i in ents[k].element_ids]
-        res = await rewrite_region(llm, out, source, region_id, group, spec, gate_stats, reread)
-        stats.rewrite.add(res.stats)
-        apply_rewrite(out, res)
-        written = sum(1 for u in res.units if u.origin == "task-refine" and u.id not in set(res.old_ids))
-        stats.units_written += written
-        remaining -= written
+    apply_rewrite(out, res)
+    old = set(res.old_ids)
+    stats.units_written += sum(1 for u in res.units if u.origin == "task-refine" and u.id not in old) if res.committed \
+        else 0
     stats.refined_tasks += 1
     return out

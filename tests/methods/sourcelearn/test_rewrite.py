@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 
 from helpers import make_ctx
 
@@ -61,7 +62,11 @@ def route(writer, gate=lambda prompt: True):
         if props == WRITER:
             return json.dumps(writer(prompt))
         if props == GATE:
-            return json.dumps({"supported": gate(prompt), "evidence_ids": [], "unsupported_parts": []})
+            ids = re.findall(r"^\[([^\]\n]+)\]", prompt, re.MULTILINE)[:1]
+            return json.dumps({"supported": gate(prompt), "evidence_ids": ids, "unsupported_parts": []})
+        if props and all(re.fullmatch(r"claim_\d+", k) for k in props):  # batch grounding: every claim alike
+            ids = re.findall(r"^\[([^\]\n]+)\]", prompt, re.MULTILINE)[:1]
+            return json.dumps({k: {"supported": gate(prompt), "evidence_ids": ids} for k in props})
         if props == PRESERVE:
             return json.dumps({"lost": []})
         return None
