@@ -1,0 +1,137 @@
+"""Constructed cases where a comparison could mislead: the Δ shown is the Δ tested, on the paired tasks,
+clustered by group, with an interval that covers and a mark wherever a side is missing tasks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sourcebench.reports.leaderboard import _main_table, render_csv, summarize
+from sourcebench.reports.rundata import RunData
+from sourcebench.reports.stats import accuracy_ci, format_delta, format_p, learning_sd, paired_test
+
+
+def _r(method, source, seed, task, score, group=None):
+    row = {"benchmark": "b", "source": source, "method": method, "seed": seed, "task_id": task, "score": score}
+    if group is not None:
+        row["group"] = group
+    return row
+
+
+def _run(tmp_path, rows, methods=("hybrid_rag", "m")):
+    return RunData(run_dir=tmp_path, run={"run_id": "r", "benchmark": "b",
+                                          "methods": [{"name": m} for m in methods]}, results=rows)
+
+
+def _entry(summary, method="m"):
+    return next(e for e in summary[0]["methods"] if e["method"] == method)
+
+
+def test_delta_is_computed_on_the_paired_tasks_and_a_missing_side_is_marked(tmp_path):
+    # baseline 90 % on s1 and 30 % on s2; the method has only its s1 rows, at 70 %. The accuracy difference
+    # is 70 - 60 = +10, but on the 40 shared tasks the method is 20 points worse (what p measures).
+    rows = [_r("hybrid_rag", "s1", 0, f"t{i}", float(i < 36)) for i in range(40)]
+    rows += [_r("hybrid_rag", "s2", 0, f"t{i}", float(i < 12)) for i in range(40)]
+    rows += [_r("m", "s1", 0, f"t{i}", float(i < 28)) for i in range(40)]
+    s = summarize(_run(tmp_path, rows), n_boot=500)
+    e = _entry(s)
+    assert 100 * e["accuracy"] - 100 * _entry(s, "hybrid_rag")["accuracy"] == pytest.approx(10.0)
+    assert e["delta_pp"] == pytest.approx(-20.0)
+    assert e["n_pairs"] == 40 and e["incomplete"] and e["a_missing"] == 40
+    assert e["p_value"] == pytest.approx(2 * 0.5**8)  # 8 discordant tasks, all for the baseline
+    assert e["delta_lo"] < -20.0 < e["delta_hi"] < 0
+    table = _main_table(s[0])
+    row = next(r for r in table.rows if r[0] == "m")
+    assert row[2].startswith("-20.0 [") and row[2].endswith("INCOMPLETE")
+    assert row[3] == "0.00781"  # no stars for an incomplete comparison
+    assert row[4] == "40 of 80 (40 groups)"
+    assert "INCOMPLETE" in table.note and "m lacks 40 of the baseline's tasks" in table.note
+    csv_row = render_csv(s, [0]).splitlines()[2].split(",")
+    header = render_csv(s, [0]).splitlines()[0].split(",")
+    got = dict(zip(header, csv_row))
+    assert float(got["delta_pp"]) == pytest.approx(-20.0) and got["incomplete"] == "1"
+
+
+def test_delta_weights_every_task_once_not_by_its_seeds(tmp_path):
+    # tasks x0-x4 are tested under seeds 0 and 1 (the method wins each), y0-y14 under seed 2 only (the
+    # baseline wins each): per-seed accuracies give +33.3, the tested per-task mean difference is -50.
+    rows = []
+    for seed in (0, 1):
+        rows += [_r("m", "s", seed, f"x{i}", 1.0) for i in range(5)]
+        rows += [_r("hybrid_rag", "s", seed, f"x{i}", 0.0) for i in range(5)]
+    rows += [_r("m", "s", 2, f"y{i}", 0.0) for i in range(15)]
+    rows += [_r("hybrid_rag", "s", 2, f"y{i}", 1.0) for i in range(15)]
+    s = summarize(_run(tmp_path, rows), n_boot=500)
+    e = _entry(s)
+    assert 100 * (e["accuracy"] - _entry(s, "hybrid_rag")["accuracy"]) == pytest.approx(100 / 3)
+    assert e["delta_pp"] == pytest.approx(-50.0) and e["delta_pp"] == pytest.approx(100 * e["mean_diff"])
+    assert e["delta_hi"] < 0
+
+
+def test_duplicated_group_mates_leave_p_and_the_interval_unchanged():
+    # ten outcomes (7 wins, 3 ties); the same ten each copied as three perfectly correlated group-mates
+    a = [1, 1, 1, 1, 1, 1, 1, 0, 1, 0]
+    b = [0, 0, 0, 0, 0, 0, 0, 0, 1, 0]
+    one = ([_r("m", "s", 0, f"t{i}", x, group=f"g{i}") for i, x in enumerate(a)],
+           [_r("h", "s", 0, f"t{i}", x, group=f"g{i}") for i, x in enumerate(b)])
+    three = ([_r("m", "s", 0, f"t{i}-{k}", x, group=f"g{i}") for i, x in enumerate(a) for k in range(3)],
+             [_r("h", "s", 0, f"t{i}-{k}", x, group=f"g{i}") for i, x in enumerate(b) for k in range(3)])
+    t1, t3 = paired_test(*one, n_boot=1000), paired_test(*three, n_boot=1000)
+    assert t1["p_value"] == pytest.approx(t3["p_value"]) == pytest.approx(2 / 2**7)
+    assert (t1["ci_lo"], t1["ci_hi"]) == pytest.approx((t3["ci_lo"], t3["ci_hi"]))
+    assert t3["n_pairs"] == 30 and t3["n_groups"] == 10
+    # without the groups the 30 rows would count as 21 independent wins: a far smaller p
+    flat = [[{k: v for k, v in r.items() if k != "group"} for r in side] for side in three]
+    assert paired_test(*flat)["p_value"] < t3["p_value"] / 100
+    # the accuracy interval is clustered the same way
+    assert accuracy_ci(one[0]) == pytest.approx(accuracy_ci(three[0]))
+
+
+def test_groups_are_clusters_within_their_source_only():
+    # the same group name in two sources is two clusters
+    a = [_r("m", s, 0, f"t{i}", 1.0, group="g") for s in ("s1", "s2") for i in range(5)]
+    b = [_r("h", s, 0, f"t{i}", 0.0, group="g") for s in ("s1", "s2") for i in range(5)]
+    assert paired_test(a, b)["n_groups"] == 2
+
+
+def test_accuracy_interval_covers_at_small_n_and_never_has_zero_width():
+    rng = np.random.default_rng(7)
+    n, reps = 20, 400
+    for p in (0.5, 0.6, 0.7, 0.8, 0.9):
+        hits = 0
+        for _ in range(reps):
+            x = rng.random(n) < p
+            lo, hi = accuracy_ci([_r("m", "s", 0, f"t{i}", float(v)) for i, v in enumerate(x)])
+            hits += lo <= p <= hi
+        assert hits / reps >= 0.93, (p, hits / reps)
+    lo, hi = accuracy_ci([_r("m", "s", 0, f"t{i}", 1.0) for i in range(5)])
+    assert hi == 1.0 and lo == pytest.approx(0.566, abs=1e-3)  # Wilson at 5/5, not [100, 100]
+
+
+def test_learning_component_uses_the_tasks_every_seed_tested():
+    # seed 0 tests t0-t3, seed 1 tests t2-t5: on the common tasks t2, t3 the seeds agree exactly, so the
+    # between-seed (learning) component is 0 even though the per-seed accuracies differ
+    rows = [_r("m", "s", 0, f"t{i}", v) for i, v in zip(range(4), (1, 1, 0, 1))]
+    rows += [_r("m", "s", 1, f"t{i}", v) for i, v in zip(range(2, 6), (0, 1, 0, 0))]
+    sd, n = learning_sd(rows)
+    assert (sd, n) == (0.0, 2)
+
+
+def test_one_rule_for_p_and_delta():
+    assert format_p(0.0496) != format_p(0.0504)
+    assert (format_p(0.0496), format_p(0.0504), format_p(0.25), format_p(0.0004)) == \
+        ("0.0496", "0.0504", "0.250", "<0.001")
+    assert format_p(0.02, 0.0014) == "0.0200 (±0.001)"
+    assert (format_delta(-0.04), format_delta(2.25), format_delta(-37.5)) == ("+0.0", "+2.2", "-37.5")
+
+
+def test_minimum_detectable_effect_is_reported_and_small_deltas_are_not_resolvable(tmp_path):
+    # 3 wins and 2 losses of 40 tasks: Δ = +2.5 pp, far below what 40 tasks with 5 discordant can resolve
+    rows = [_r("hybrid_rag", "s", 0, f"t{i}", float(i in (3, 4) or i >= 10)) for i in range(40)]
+    rows += [_r("m", "s", 0, f"t{i}", float(i in (0, 1, 2) or i >= 10)) for i in range(40)]
+    e = _entry(summarize(_run(tmp_path, rows), n_boot=200))
+    # null sd of Δ: sqrt(5) / 40; MDE = (z_0.975 + z_0.80) * sd
+    assert e["mde_pp"] == pytest.approx(100 * (1.959964 + 0.841621) * np.sqrt(5) / 40, abs=1e-3)
+    assert e["resolvable"] is False
+    row = next(r for r in _main_table(summarize(_run(tmp_path, rows), n_boot=200)[0]).rows if r[0] == "m")
+    assert row[5] == "15.7 (not resolvable by this run)"
