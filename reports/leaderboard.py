@@ -500,7 +500,7 @@ def caption(data: RunData, baseline: str, seed: int, n_boot: int) -> list[str]:
     return [
         f"Macro accuracy (%): {AGGREGATION_RULE}.",
         f"95% CI: {CI_METHOD}.",
-        (f"{DELTA_METHOD} ({n_boot} resamples, seed {seed}); baseline {safe(baseline)}. Δ is not the difference "
+        (f"Δ: {DELTA_METHOD} ({n_boot} resamples, seed {seed}); baseline {safe(baseline)}. Δ is not the difference "
          "of the accuracies when a side is missing tasks (INCOMPLETE) or seeds test different task sets; "
          f"with fewer than {MIN_PAIRS} paired tasks, or identical answers on every paired task, nothing is "
          f"tested ({NA})."),

@@ -135,3 +135,36 @@ def test_minimum_detectable_effect_is_reported_and_small_deltas_are_not_resolvab
     assert e["resolvable"] is False
     row = next(r for r in _main_table(summarize(_run(tmp_path, rows), n_boot=200)[0]).rows if r[0] == "m")
     assert row[5] == "15.7 (not resolvable by this run)"
+
+
+def test_paper_tables_show_the_tested_delta_with_its_interval_and_never_mark_a_bad_cell_best():
+    from sourcebench.reports.grid import (
+        ReportTable,
+        accuracy_cell,
+        compare,
+        mark_best,
+        set_delta,
+        stats_table,
+    )
+    from sourcebench.reports.render import to_markdown
+
+    base_rows = [_r("h", "s1", 0, f"t{i}", float(i < 36)) for i in range(40)]
+    base_rows += [_r("h", "s2", 0, f"t{i}", float(i < 12)) for i in range(40)]
+    m_rows = [_r("m", "s1", 0, f"t{i}", float(i < 28)) for i in range(40)]  # only s1: incomplete
+    d_rows = [_r("d", s, 0, f"t{i}", 1.0) for s in ("s1", "s2") for i in range(40)]  # best, but degraded
+    base, m, d = (accuracy_cell(r, 200, 0) for r in (base_rows, m_rows, d_rows))
+    d.degraded = ["d on s1 (seed 0): degraded"]
+    for c in (m, d):
+        set_delta(c, base)
+    assert m.delta == pytest.approx(-20.0) and m.incomplete and not d.incomplete
+    mark_best([base, m, d])
+    assert (base.mark, m.mark, d.mark) == ("", "", "")  # one comparable value left: nothing is marked
+    stats = compare([({"backend": "x", "benchmark": "b", "column": "b", "method": "m", "baseline": "h"}, m, base),
+                     ({"backend": "x", "benchmark": "b", "column": "b", "method": "d", "baseline": "h"}, d, base)],
+                    seed=0, n_resamples=999, n_boot=300)
+    assert stats[0]["delta_pp"] == pytest.approx(-20.0) and stats[0]["ci_lo_pp"] < -20 < stats[0]["ci_hi_pp"]
+    assert m.delta_ci is not None and stats[0]["incomplete"] and stats[1]["degraded"]
+    t = ReportTable("t", "T: x", ["c"], ["Backend", "Method"], ["b"], stats=stats)
+    md = to_markdown(stats_table(t))
+    assert "| -20.0 [" in md and "INCOMPLETE (40 / 0 tasks missing)" in md and "DEGRADED" in md
+    assert "40 (40 groups)" in md
