@@ -248,14 +248,14 @@ def forest_png(bench: dict) -> bytes:
         acc, lo, hi = (100 * e[k] if e.get(k) is not None else math.nan for k in ("accuracy", "ci_lo", "ci_hi"))
         color = DEGRADED_COLOR if degraded else ("#222" if e.get("is_baseline") else COLORS[0])
         face = "none" if degraded else color
-        err = [[acc - lo], [hi - acc]] if not (math.isnan(lo) or math.isnan(hi)) else None
+        err = [[max(0.0, acc - lo)], [max(0.0, hi - acc)]] if not (math.isnan(lo) or math.isnan(hi)) else None
         left.errorbar([acc], [y], xerr=err, fmt="s" if e.get("is_baseline") else "o", color=color, mfc=face,
                       ecolor=color, capsize=3, markersize=6)
         left.text(acc, y + 0.18, f"{acc:.1f}", fontsize=7, color=color, ha="center", va="bottom")
         delta = e.get("delta_pp")
         if delta is not None:
             dlo, dhi = e.get("delta_lo"), e.get("delta_hi")
-            derr = [[delta - dlo], [dhi - delta]] if dlo is not None and dhi is not None else None
+            derr = [[max(0.0, delta - dlo)], [max(0.0, dhi - delta)]] if dlo is not None and dhi is not None else None
             right.errorbar([delta], [y], xerr=derr, fmt="D", color=color, mfc=face, ecolor=color, capsize=3,
                            markersize=6)
             p = e.get("p_holm")

@@ -317,7 +317,9 @@ def _bca_interval(stat: np.ndarray, est: float, jack: np.ndarray, level: float) 
     for z in (_sps.norm.ppf(alpha), _sps.norm.ppf(1 - alpha)):
         qs.append(float(_sps.norm.cdf(z0 + (z0 + z) / (1 - acc * (z0 + z)))))
     lo, hi = np.quantile(stat, qs)
-    return float(lo), float(hi)
+    # a very discrete bootstrap distribution (few clusters) can push both BCa quantiles past the estimate;
+    # the interval then reaches the estimate rather than exclude it
+    return float(min(lo, est)), float(max(hi, est))
 
 
 def _cluster_bootstrap(sums: np.ndarray, sizes: np.ndarray, csource: list[Any], n_boot: int, seed: int,
@@ -372,6 +374,7 @@ def paired_test(
     n_resamples: int = N_PERMUTATIONS,
     n_boot: int = 2000,
     level: float = 0.95,
+    min_pairs: int = MIN_PAIRS,
 ) -> dict[str, Any]:
     """Two-sided paired comparison of A vs B on the tasks both scored (see ``paired_test_caption``).
 
@@ -390,7 +393,8 @@ def paired_test(
     have equal numbers of paired tasks (then the null is Binomial(discordant, 1/2), exact McNemar,
     ``statistic`` = tasks where only A is right); otherwise ``paired_permutation`` with ``exact`` saying
     whether p was enumerated or drawn (``n_draws``, with ``p_mc_se`` its Monte Carlo standard error).
-    With fewer than ``MIN_PAIRS`` paired tasks nothing is tested (``test`` None, ``reason`` says why).
+    With fewer than ``min_pairs`` paired tasks nothing is tested (``test`` None, ``reason`` says why); a
+    caller with its own rule for small n (the harmful-entry protocol's detectability) lowers it.
     """
     rows_a, rows_b = list(rows_a), list(rows_b)
     cov = coverage_of(rows_a, rows_b)
@@ -406,8 +410,8 @@ def paired_test(
     mean_diff = float(contrib.sum())
     gsum = np.bincount(cidx, weights=contrib, minlength=len(csource))
     base = {**empty, "mean_diff": mean_diff, "null_se": float(np.sqrt((gsum**2).sum()))}
-    if n < MIN_PAIRS:
-        return {**base, "reason": f"fewer than {MIN_PAIRS} paired tasks"}
+    if n < min_pairs:
+        return {**base, "reason": f"fewer than {min_pairs} paired tasks"}
     if np.all(diff == 0):
         return {**base, "reason": "identical on every paired task"}
     sizes = np.bincount(cidx, minlength=len(csource)).astype(float)

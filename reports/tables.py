@@ -34,7 +34,7 @@ from .grid import (
     tokens_text,
 )
 from .plan import STAGE_METHODS, cycles_variant, gold_removed, k_variant, matched
-from .results import Results
+from .results import INCOMPLETE, Results
 from .stats import AGGREGATION_RULE, CI_METHOD, DELTA_METHOD, holm_caption, paired_test_caption
 
 STAGE_LABELS = {"M0": "M0", "MS": "MS", "MT": "MT", "MT_wo_self": "MT w/o self-directed",
@@ -84,6 +84,9 @@ def _acc(res: Results, backend: str, bench: str, alias: str, sources: list[str] 
     cell = accuracy_cell(res.rows(backend, bench, alias, sources), n_boot, seed, res.why_not(backend, bench, alias))
     if cell.value is not None:
         cell.degraded = res.degraded(backend, bench, alias)
+        st = res.cell_status(backend, bench, alias)
+        if st.get("status") == INCOMPLETE:
+            cell.incomplete = f"{backend} / {bench} / {alias}: {st.get('reason') or 'incomplete'}"
     return cell
 
 

@@ -8,6 +8,7 @@ file is missing rather than showing nothing.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,7 @@ from sourcebench.harness.errors import SourceBenchError
 from sourcebench.harness.io import read_json
 
 from ..layout import NA, Figure, Table, fmt_p, pct, safe
-from ..rundata import RunData
+from ..rundata import RunData, missing_rows
 from . import breakeven, keyoverlap
 from .keyoverlap import GROUPS, NO_KEYS
 
@@ -242,7 +243,48 @@ def tables_for(name: str, data: RunData, baseline: str, data_dir: Path | None) -
     return prequential_tables(result) if name == "prequential" else harmful_tables(result)
 
 
+_STARS = re.compile(r"\s\*{1,3}$")
+
+
+def unhealthy_methods(data: RunData) -> dict[str, str]:
+    """method -> 'DEGRADED' or 'INCOMPLETE' for the methods whose cells no protocol may present as a result."""
+    from sourcebench.harness.health import run_health
+
+    out: dict[str, str] = {}
+    for c in run_health(data.run_dir, data.results, data.failures, run=data.run, usage=data.usage):
+        if c.degraded:
+            out[c.method] = "DEGRADED"
+    for bench in {r["benchmark"] for r in data.results}:
+        for m in {r["method"] for r in data.results if r["benchmark"] == bench}:
+            if m not in out and missing_rows(data.results, bench, m)[0]:
+                out[m] = "INCOMPLETE"
+    return out
+
+
+def mark_health(tables: list[Table | Figure], bad: dict[str, str]) -> list[Table | Figure]:
+    """The health mark travels into protocol tables: a row whose method (first column) is degraded or
+    incomplete is labelled so, and its p loses its stars."""
+    for t in tables:
+        if not isinstance(t, Table) or not bad:
+            continue
+        hit = set()
+        for row in t.rows:
+            name = row[0] if row else ""
+            mark = bad.get(name)
+            if mark:
+                row[0] = f"{name} ({mark})"
+                row[1:] = [_STARS.sub("", c) for c in row[1:]]
+                hit.add(f"{name}: {mark}")
+        if hit:
+            t.note = (t.note + " " if t.note else "") + (
+                "Not comparable with healthy cells (DEGRADED: lost more than the allowed share of its work; "
+                "INCOMPLETE: fewer result rows than the folder's other methods), no stars: " + "; ".join(sorted(hit))
+                + ".")
+    return tables
+
+
 def protocol_sections(data: RunData, names: list[str], baseline: str = "hybrid_rag",
                       data_dir: Path | None = None) -> list[tuple[str, list[Table | Figure]]]:
-    """(section title, tables) for each requested protocol, in the order given."""
-    return [(TITLES[n], tables_for(n, data, baseline, data_dir)) for n in names]
+    """(section title, tables) for each requested protocol, in the order given, with health marks."""
+    bad = unhealthy_methods(data)
+    return [(TITLES[n], mark_health(tables_for(n, data, baseline, data_dir), bad)) for n in names]

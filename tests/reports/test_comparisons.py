@@ -168,3 +168,18 @@ def test_paper_tables_show_the_tested_delta_with_its_interval_and_never_mark_a_b
     md = to_markdown(stats_table(t))
     assert "| -20.0 [" in md and "INCOMPLETE (40 / 0 tasks missing)" in md and "DEGRADED" in md
     assert "40 (40 groups)" in md
+
+
+def test_a_cell_with_fewer_rows_than_planned_is_incomplete_and_protocol_tables_carry_the_mark(tmp_path):
+    from sourcebench.reports.layout import Table
+    from sourcebench.reports.protocols.render import mark_health, unhealthy_methods
+    from sourcebench.reports.rundata import missing_rows
+
+    rows = [_r("hybrid_rag", "s", seed, f"t{i}", 1.0) for seed in (0, 1) for i in range(6)]
+    rows += [_r("m", "s", 0, f"t{i}", 1.0) for i in range(6)]  # its seed-1 inspect task errored: no rows
+    assert missing_rows(rows, "b", "m") == (6, 12) and missing_rows(rows, "b", "hybrid_rag") == (0, 12)
+    bad = unhealthy_methods(_run(tmp_path, rows))
+    assert bad == {"m": "INCOMPLETE"}
+    t = Table("key-overlap", ["method", "Δ", "p"], [["m", "+5.0", "0.00100 **"], ["hybrid_rag", "—", "—"]])
+    mark_health([t], bad)
+    assert t.rows[0] == ["m (INCOMPLETE)", "+5.0", "0.00100"] and "no stars" in t.note
