@@ -484,12 +484,36 @@ def _provenance(data: RunData, seed: int, n_boot: int) -> list[Table]:
     if isinstance(versions, dict):
         for k, v in versions.items():
             flat.update({f"{k}/{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v})
+    split_rows, warnings = _splits(data)
     return [
         Table("Run", ["field", "value"], [list(kv) for kv in info]),
+        *([Table("Splits", ["benchmark", "source", "seed", "guidance", "test", "guidance share %"], split_rows,
+                 "Realised guidance share of each split (whole groups move, so it can miss the 30 % target). "
+                 + (" WARNING: " + " | ".join(safe(w) for w in warnings) if warnings else ""))] if split_rows else []),
         Table("Methods", ["method", "version", "deviations"], methods),
         Table("Sources", ["id", "origin", "fingerprint", "n elements"], sources),
         Table("Versions", ["component", "version"], [[safe(k), safe(v)] for k, v in sorted(flat.items())]),
     ]
+
+
+def _splits(data: RunData) -> tuple[list[list[str]], list[str]]:
+    """The run's split manifests: sizes and realised guidance share per (benchmark, source, seed), and the
+    splits whose share is off the target by more than 10 points."""
+    from sourcebench.harness.errors import DataError
+    from sourcebench.harness.splits import guidance_share, load_manifest, share_warning
+
+    rows, warnings = [], []
+    for path in sorted((data.run_dir / "splits").glob("**/seed*.json")):
+        try:
+            sp = load_manifest(path)
+        except DataError:
+            continue  # an unreadable manifest is the runner's to report; the table lists the readable ones
+        w = share_warning(sp)
+        rows.append([safe(sp.benchmark), safe(sp.source_id), safe(sp.seed), str(len(sp.guidance_ids)),
+                     str(len(sp.test_ids)), f"{100 * guidance_share(sp):.1f}" + (" (off target)" if w else "")])
+        if w:
+            warnings.append(w)
+    return rows, warnings
 
 
 def caption(data: RunData, baseline: str, seed: int, n_boot: int) -> list[str]:

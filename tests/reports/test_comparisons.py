@@ -183,3 +183,17 @@ def test_a_cell_with_fewer_rows_than_planned_is_incomplete_and_protocol_tables_c
     t = Table("key-overlap", ["method", "Δ", "p"], [["m", "+5.0", "0.00100 **"], ["hybrid_rag", "—", "—"]])
     mark_health([t], bad)
     assert t.rows[0] == ["m (INCOMPLETE)", "+5.0", "0.00100"] and "no stars" in t.note
+
+
+def test_the_report_shows_each_split_s_realised_guidance_share(tmp_path):
+    from sourcebench.harness.data import Task
+    from sourcebench.harness.splits import grouped_split, write_manifest
+    from sourcebench.reports.leaderboard import _provenance
+
+    tasks = [Task(id=f"a{i}", source_id="s", question="q", reference="r", group="big") for i in range(8)]
+    tasks += [Task(id=f"b{i}", source_id="s", question="q", reference="r", group="small") for i in range(2)]
+    far = next(sp for sp in (grouped_split("b", "s", tasks, s) for s in range(6)) if len(sp.guidance_ids) == 8)
+    write_manifest(tmp_path, far)
+    table = next(t for t in _provenance(_run(tmp_path, []), 0, 100) if t.title == "Splits")
+    assert table.rows == [["b", "s", str(far.seed), "8", "2", "80.0 (off target)"]]
+    assert "WARNING" in table.note and "guidance share 80 %" in table.note
