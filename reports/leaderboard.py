@@ -707,7 +707,8 @@ def write_report(
     if names:
         from .protocols.render import protocol_sections
 
-        sections += protocol_sections(data, names, baseline=baseline, data_dir=Path(data_dir) if data_dir else None)
+        sections += protocol_sections(data, names, baseline=baseline, data_dir=Path(data_dir) if data_dir else None,
+                                      seed=seed)
     prov = _provenance(data, seed, n_boot)
     title = f"SourceBench leaderboard: run {safe(data.run.get('run_id') or data.run_dir.name)}"
     seeds = sorted({s for b in summary for e in b["methods"] for s in e.get("seed_acc", {})}, key=sort_key)

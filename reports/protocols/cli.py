@@ -80,7 +80,8 @@ def run(a: argparse.Namespace) -> int:
     from ..layout import Table, md_table
 
     data = load_run(a.run_dir)
-    for title, tables in protocol_sections(data, names, baseline=a.baseline, data_dir=a.data_dir):
+    for title, tables in protocol_sections(data, names, baseline=a.baseline, data_dir=a.data_dir,
+                                           seed=a.protocol_seed or 0):
         print(f"## {title}\n")
         for t in tables:
             print(md_table(t) if isinstance(t, Table) else f"({t.title}: {t.filename} in the report, "

@@ -17,6 +17,7 @@ from sourcebench.harness.io import read_json
 
 from ..layout import NA, Figure, Table, fmt_p, pct, safe
 from ..rundata import RunData, missing_rows
+from ..stats import format_delta
 from . import breakeven, keyoverlap
 from .keyoverlap import GROUPS, NO_KEYS
 
@@ -60,22 +61,34 @@ def key_overlap_tables(result: dict[str, Any]) -> list[Table]:
                     continue
                 n = f"{c.get('n_tasks', NA)} ({c['n']})"
                 if c.get("too_small"):
-                    rows.append([safe(m["method"]), g, n, f"{pct(c['accuracy'])} (too small)", "too small",
-                                 "too small", _num(c.get("actions"))])
+                    rows.append([safe(m["method"]), g, n, f"{pct(c['accuracy'])} (too small)", NA, "too small",
+                                 NA, "too small", _num(c.get("actions"))])
                     continue
                 acc = pct(c["accuracy"]) + (f" [{pct(c['ci_lo'])}, {pct(c['ci_hi'])}]" if "ci_lo" in c else "")
-                delta = f"{c['delta_pp']:+.1f}" if c.get("delta_pp") is not None else NA
-                rows.append([safe(m["method"]), g, n, acc, delta, fmt_p(c.get("p_value")), _num(c.get("actions"))])
+                delta = format_delta(c.get("delta_pp"))
+                if c.get("delta_lo") is not None:
+                    delta += f" [{format_delta(c['delta_lo'])}, {format_delta(c['delta_hi'])}]"
+                elif c.get("untested") and c.get("delta_pp") is not None:
+                    delta = f"{NA} ({c['untested']})"
+                ref = safe(m.get("reference") or NA) + (" (baseline)" if m.get("reference_kind") == "baseline"
+                                                        and m.get("reference") else "")
+                pairs = f"{c['n_pairs']} ({c.get('n_groups', c['n_pairs'])} groups)" if c.get("n_pairs") else NA
+                rows.append([safe(m["method"]), g, n, acc, ref, delta, pairs,
+                             fmt_p(c.get("p_value"), mc_se=c.get("p_mc_se")), _num(c.get("actions"))])
         sizes = ", ".join(f"{g}: {b['tasks_by_group'].get(g, 0)}" for g in (*GROUPS, NO_KEYS)
                           if b["tasks_by_group"].get(g) or g in GROUPS)
         lead = " ".join(x for x in (f"Test tasks per group ({sizes}).", safe(b.get("note", ""))) if x)
-        note = (f"{lead} {result['definition']}. Accuracy with its 95% bootstrap interval (task as unit); Δ: paired "
-                f"mean difference vs {safe(result['baseline'])} on the group's items (task-level paired test, "
-                f"unadjusted p); a group with fewer than {low} distinct tasks is too small to compare (no interval, "
-                "Δ or p); n: distinct tasks (task x seed rows); actions: mean per task where the method reports "
-                "them (agent methods).")
-        tables.append(Table(title, ["method", "group", "n tasks (rows)", "accuracy % [95% CI]",
-                                    "Δ vs baseline (pp)", "p", "actions"], rows, note))
+        note = (f"{lead} {result['definition']}. Accuracy with its 95% interval (groups as clusters); Δ: the "
+                "paired statistic vs the reference on the group's items, each task once (seeds averaged), with its "
+                "95% cluster-bootstrap interval and the number of paired tasks (groups); reference: the method's "
+                f"own zero-learning variant when the run has it, else {safe(result['baseline'])} (baseline); p: "
+                "the leaderboard's paired test, uncorrected; a group with fewer than "
+                f"{low} distinct tasks is too small to compare (no interval, Δ or p); n: distinct tasks (task x "
+                "seed rows; a task can fall in different groups under different seeds); actions: mean per task "
+                "where the method reports them (agent methods).")
+        tables.append(Table(title, ["method", "group", "n tasks (rows)", "accuracy % [95% CI]", "reference",
+                                    "Δ vs reference (pp) [95% CI]", "paired tasks (groups)", "p (uncorrected)",
+                                    "actions"], rows, note))
     return tables
 
 
@@ -229,10 +242,11 @@ def _missing(name: str, run_dir: Path) -> list[Table]:
                   f"This protocol needs model calls: run `sourcebench protocol {name} {safe(run_dir)}` first.")]
 
 
-def tables_for(name: str, data: RunData, baseline: str, data_dir: Path | None) -> list[Table | Figure]:
+def tables_for(name: str, data: RunData, baseline: str, data_dir: Path | None, seed: int = 0
+               ) -> list[Table | Figure]:
     if name == "key-overlap":
         try:
-            return key_overlap_tables(keyoverlap.compute(data, baseline=baseline, data_dir=data_dir))
+            return key_overlap_tables(keyoverlap.compute(data, baseline=baseline, data_dir=data_dir, seed=seed))
         except SourceBenchError as e:
             return [_unavailable(TITLES[name], {"reason": str(e)})]
     if name == "break-even":
@@ -284,7 +298,8 @@ def mark_health(tables: list[Table | Figure], bad: dict[str, str]) -> list[Table
 
 
 def protocol_sections(data: RunData, names: list[str], baseline: str = "hybrid_rag",
-                      data_dir: Path | None = None) -> list[tuple[str, list[Table | Figure]]]:
-    """(section title, tables) for each requested protocol, in the order given, with health marks."""
+                      data_dir: Path | None = None, seed: int = 0) -> list[tuple[str, list[Table | Figure]]]:
+    """(section title, tables) for each requested protocol, in the order given, with health marks; ``seed``
+    seeds the recomputed protocols' resampling (the report's --seed)."""
     bad = unhealthy_methods(data)
-    return [(TITLES[n], mark_health(tables_for(n, data, baseline, data_dir), bad)) for n in names]
+    return [(TITLES[n], mark_health(tables_for(n, data, baseline, data_dir, seed), bad)) for n in names]

@@ -197,3 +197,21 @@ def test_the_report_shows_each_split_s_realised_guidance_share(tmp_path):
     table = next(t for t in _provenance(_run(tmp_path, []), 0, 100) if t.title == "Splits")
     assert table.rows == [["b", "s", str(far.seed), "8", "2", "80.0 (off target)"]]
     assert "WARNING" in table.note and "guidance share 80 %" in table.note
+
+
+def test_key_overlap_compares_each_method_with_its_own_zero_learning_variant(tmp_path, monkeypatch):
+    from sourcebench.reports.protocols import breakeven, keyoverlap
+
+    rows = [_r(m, "s", seed, f"t{i}", float(v)) for seed in (0, 1) for i in range(8)
+            for m, v in (("hybrid_rag", 0), ("learner", 1), ("learner-zero", i % 2))]
+    monkeypatch.setattr(keyoverlap, "benchmark_groups", lambda data, b, d: {
+        (r["source"], int(r["seed"]), r["task_id"]): "all" for r in rows})
+    monkeypatch.setattr(breakeven, "zero_learning_variant", lambda m: "learner-zero" if m == "learner" else None)
+    res = keyoverlap.compute(_run(tmp_path, rows, ("hybrid_rag", "learner", "learner-zero")), seed=3)
+    learner = next(m for m in res["benchmarks"][0]["methods"] if m["method"] == "learner")
+    assert (learner["reference"], learner["reference_kind"]) == ("learner-zero", "zero-learning variant")
+    cell = learner["groups"]["all"]
+    # against its zero-learning variant: +50 (not +100 against the baseline), each task once: 8 pairs not 16
+    assert cell["delta_pp"] == pytest.approx(50.0) and cell["n_pairs"] == 8
+    other = next(m for m in res["benchmarks"][0]["methods"] if m["method"] == "learner-zero")
+    assert other["reference"] == "hybrid_rag" and other["reference_kind"] == "baseline"
