@@ -81,7 +81,7 @@ class HarmfulSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_entries: int = 30  # evaluated entries per artifact (seeded sample of the detectable); 0: all
-    repeats: int = 1  # paired evaluation repeats (model seeds)
+    repeats: int = 3  # paired evaluation repeats (model seeds); one repeat cannot tell an entry from noise
     alpha: float = 0.05
     seed: int = 0  # sampling seed of max_entries
     concurrency: int = 8

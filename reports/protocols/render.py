@@ -17,7 +17,7 @@ from sourcebench.harness.io import read_json
 
 from ..layout import NA, Figure, Table, fmt_p, pct, safe
 from ..rundata import RunData, missing_rows
-from ..stats import format_delta
+from ..stats import format_delta, wilson_interval
 from . import breakeven, keyoverlap
 from .keyoverlap import GROUPS, NO_KEYS
 
@@ -109,7 +109,7 @@ def break_even_tables(result: dict[str, Any]) -> list[Table]:
                 ref += f" (baseline; {safe(m['missing_variant'])})" if m.get("missing_variant") else " (baseline)"
             if m["status"] != "ok":
                 rows.append([safe(m["method"]), ref if m.get("reference") else NA,
-                             safe(m.get("reason") or m["status"])] + [NA] * 11)
+                             safe(m.get("reason") or m["status"])] + [NA] * 12)
                 continue
             r = m["reference_costs"]
             rows.append([
@@ -122,6 +122,8 @@ def break_even_tables(result: dict[str, Any]) -> list[Table]:
                 _num(m["saving_calls_per_task"], "{:+,.2f}"), _num(m["saving_tokens_per_task"], "{:+,.0f}"),
                 f"{m['cells_compared']} of {m['cells']}",
                 breakeven.fmt_tasks(m["break_even_calls"]) + " / " + breakeven.fmt_tasks(m["break_even_tokens"]),
+                format_delta(m.get("accuracy_delta_pp")) + (f" ({m['accuracy_pairs']} tasks)"
+                                                            if m.get("accuracy_pairs") else ""),
             ])
         note = (f"{breakeven.DEFINITION}. Reference: the method's declared zero-learning variant, else "
                 f"{safe(result['baseline'])} ({breakeven.BASELINE_NOTE}). Build columns are the method's own "
@@ -132,7 +134,11 @@ def break_even_tables(result: dict[str, Any]) -> list[Table]:
                                     "of which judge calls", "build tokens / artifact", "of which reasoning",
                                     "answer calls / task (method / ref.)", "answer tokens / task (method / ref.)",
                                     "of which reasoning", "saving calls / task", "saving tokens / task",
-                                    "cells compared", "break-even tasks (calls / tokens)"], rows, note))
+                                    "cells compared", "break-even tasks (calls / tokens)",
+                                    "Δ accuracy vs ref. (pp)"], rows,
+                            note + " Break-even: — where the per-task saving is of round-off size (below a "
+                            "millionth of the reference's per-task cost). Δ accuracy: the paired statistic (method "
+                            "minus reference) on the compared cells' tasks, so a saving bought with accuracy shows."))
     return tables
 
 
@@ -195,13 +201,17 @@ def harmful_tables(result: dict[str, Any]) -> list[Table]:
     rows, flagged = [], []
     for m in result["methods"]:
         if m["status"] in ("no entries", "not learned"):
-            rows.append([safe(m["method"]), m["status"]] + [NA] * 8)
+            rows.append([safe(m["method"]), m["status"]] + [NA] * 9)
             continue
         n_art = sum(1 for a in m["artifacts"] if a.get("status") == "ok")
         rate = pct(m["rate"]) if m.get("rate") is not None else f"{NA} ({safe(m['status'])})"
+        pooled = NA
+        if m.get("n_evaluated"):
+            lo, hi = wilson_interval(m["n_harmful"] / m["n_evaluated"], m["n_evaluated"])
+            pooled = f"{pct(m['n_harmful'] / m['n_evaluated'])} [{pct(lo)}, {pct(hi)}]"
         rows.append([safe(m["method"]), safe(m.get("entry_kind")), str(n_art), str(m["n_entries"]),
                      str(m["n_exposed"]), str(m.get("n_undetectable", NA)), str(m.get("n_detectable", NA)),
-                     str(m["n_evaluated"]), str(m["n_harmful"]), rate])
+                     str(m["n_evaluated"]), str(m["n_harmful"]), rate, pooled])
         for a in m["artifacts"]:
             for e in a.get("entries", []):
                 if e["harmful"]:
@@ -215,14 +225,20 @@ def harmful_tables(result: dict[str, Any]) -> list[Table]:
               "rate's denominator. " if need else "")
     tables = [Table("Harmful entries (leave-one-out)", ["method", "entry", "artifacts", "entries", "exposed",
                                                         "undetectable", "detectable", "evaluated", "harmful",
-                                                        "harmful rate % (of evaluated detectable)"], rows,
-                    f"{result['criterion']} (alpha {s.get('alpha')}, {s.get('repeats')} repeat(s) per task, at most "
+                                                        "harmful rate % (of evaluated detectable)",
+                                                        "pooled harmful / evaluated % [95% Wilson]"], rows,
+                    f"{result['criterion']} (alpha {s.get('alpha')}, each entry's p uncorrected for the number of "
+                    f"entries tested, {s.get('repeats')} repeat(s) per task, at most "
                     f"{s.get('max_entries') or 'all'} evaluated entries per artifact, seeded). Exposed: shown in "
                     f"the prompt of at least one test task. {detect}Entries: "
-                    f"{result.get('entries', 'the method’s own units, not re-split into atomic claims')}.")]
+                    f"{result.get('entries', 'the method’s own units, not re-split into atomic claims')}. Harmful rate: mean "
+                    "over artifacts of each artifact's rate; pooled: harmful over evaluated entries of all artifacts "
+                    "with its Wilson 95% interval (entries taken as independent).")]
     if flagged:
         tables.append(Table("Harmful entries flagged", ["method", "source", "seed", "entry", "tasks",
-                                                        "with %", "without %", "p"], flagged))
+                                                        "with %", "without %", "p (uncorrected)"], flagged,
+                            "p: the entry's own paired test, not corrected for the many entries tested: some "
+                            "flags are expected by chance (about alpha x evaluated entries)."))
     return tables
 
 

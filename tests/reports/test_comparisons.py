@@ -3,6 +3,8 @@ clustered by group, with an interval that covers and a mark wherever a side is m
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -215,3 +217,31 @@ def test_key_overlap_compares_each_method_with_its_own_zero_learning_variant(tmp
     assert cell["delta_pp"] == pytest.approx(50.0) and cell["n_pairs"] == 8
     other = next(m for m in res["benchmarks"][0]["methods"] if m["method"] == "learner-zero")
     assert other["reference"] == "hybrid_rag" and other["reference_kind"] == "baseline"
+
+
+def test_harmful_rate_has_a_binomial_interval_and_p_is_labelled_uncorrected():
+    from sourcebench.reports.protocols.render import harmful_tables
+
+    res = {"criterion": "c", "settings": {"alpha": 0.05, "repeats": 3}, "methods": [
+        {"method": "m", "status": "ok", "entry_kind": "note", "rate": 0.25, "n_entries": 9, "n_exposed": 8,
+         "n_undetectable": 0, "n_detectable": 8, "n_evaluated": 8, "n_harmful": 2,
+         "artifacts": [{"status": "ok", "source": "s", "seed": 0, "entries": [
+             {"harmful": True, "text": "x", "n_tasks": 6, "with_mean": 0.0, "without_mean": 1.0,
+              "p_value": 0.03125}]}]}]}
+    main, flagged = harmful_tables(res)
+    assert main.rows[0][-1] == "25.0 [7.1, 59.1]"  # Wilson 95% of 2 / 8
+    assert "uncorrected" in main.note and flagged.header[-1] == "p (uncorrected)"
+
+
+def test_break_even_against_a_round_off_saving_is_not_a_number():
+    from sourcebench.reports.protocols import breakeven
+
+    # 1e-9 tokens a task cheaper: 5,000,000,000,000 tasks before; now "—"
+    assert breakeven.fmt_tasks(breakeven.break_even(5000.0, 1e-9, 1000.0)) == "—"
+    assert breakeven.fmt_tasks(breakeven.break_even(5000.0, 10.0, 1000.0)) == "500"
+    rows = [_r(m, "s", 0, f"t{i}", float(m == "m" or i < 3)) for m in ("m", "ref") for i in range(5)]
+    usage = [{"benchmark": "b", "source": "s", "seed": 0, "method": m, "phase": "answer", "status": "live",
+              "calls": 5, "input_tokens": 5000, "output_tokens": 0} for m in ("m", "ref")]
+    data = RunData(run_dir=Path("."), run={"benchmark": "b"}, results=rows, usage=usage)
+    row = breakeven.compare(data, "b", "m", "ref", "zero-learning variant")
+    assert row["accuracy_delta_pp"] == pytest.approx(40.0) and row["accuracy_pairs"] == 5  # beside the saving

@@ -592,8 +592,10 @@ def test_awm_and_sourcelearn_entry_adapters():
 
 def test_harmful_entries_on_a_run(toy_run):
     scripted.set_script(reply)
+    assert HarmfulSettings().repeats == 3  # the default: one repeat cannot tell an entry from noise
+    # one repeat here, so the live-call count below is the reduced states' alone
     live_before = _live(toy_run)
-    res = compute_protocol("harmful", toy_run, methods=["toy_notes", "hybrid_rag"], settings={"max_entries": 0})
+    res = compute_protocol("harmful", toy_run, methods=["toy_notes", "hybrid_rag"], settings={"max_entries": 0, "repeats": 1})
     notes = next(m for m in res["methods"] if m["method"] == "toy_notes")
     art = notes["artifacts"][0]
     # n-green is never shown (no green test task): left out; n-red is shown to the 3 red tasks only, too few
@@ -611,7 +613,7 @@ def test_harmful_entries_on_a_run(toy_run):
     assert _live(toy_run) - live_before == 6
     assert json.loads((toy_run / "protocols" / "harmful.json").read_text())["methods"][0]["rate"] == 1.0
     # exposure reported by the answers themselves gives the same verdicts (their texts are never in a prompt)
-    res = compute_protocol("harmful", toy_run, methods=["toy_reported"], settings={"max_entries": 0})
+    res = compute_protocol("harmful", toy_run, methods=["toy_reported"], settings={"max_entries": 0, "repeats": 1})
     rep = next(m for m in res["methods"] if m["method"] == "toy_reported")
     assert (rep["n_exposed"], rep["n_undetectable"], rep["n_evaluated"], rep["n_harmful"], rep["rate"]) == \
         (2, 1, 1, 1, 1.0)
@@ -619,7 +621,7 @@ def test_harmful_entries_on_a_run(toy_run):
     assert {m["method"] for m in res["methods"]} == {"toy_notes", "hybrid_rag", "toy_reported"}
     # re-running is free: every call is in the run's cache
     before = _live(toy_run)
-    compute_protocol("harmful", toy_run, methods=["toy_notes"], settings={"max_entries": 0})
+    compute_protocol("harmful", toy_run, methods=["toy_notes"], settings={"max_entries": 0, "repeats": 1})
     assert _live(toy_run) == before
 
 
