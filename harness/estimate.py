@@ -46,6 +46,7 @@ class CellUnits:
     tests: int
     uses_guidance: bool
     kind: str = ""  # the source's kind (documents, code, api): rates are measured per kind where they can be
+    test_ids: tuple[str, ...] = ()  # the cell's test tasks, for the power of the planned comparisons
 
 
 @dataclass
@@ -247,3 +248,38 @@ def within(estimate: float, measured: float) -> str:
     if measured == 0:
         return "n/a" if estimate == 0 else "+inf"
     return f"{100 * (estimate - measured) / measured:+.0f} %"
+
+
+DEFAULT_DISCORDANCE = 0.3  # share of test tasks where two methods disagree (right vs wrong); measured runs vary
+
+
+def planned_mde(cells: list[CellUnits], comparisons: int, discordance: float = DEFAULT_DISCORDANCE,
+                alpha: float = 0.05, power: float = 0.80) -> dict[str, Any]:
+    """The smallest Δ (accuracy points) a planned run detects with ``power`` in each of ``comparisons``
+    paired comparisons after Holm, so a user sizes a run before paying for it.
+
+    The reports' paired test flips each task's difference within its source and weighs the sources the
+    same (``reports.stats.paired_test``); with a share ``discordance`` of binary tasks on which the two
+    methods disagree, the statistic's null standard deviation is sqrt(sum over sources of discordance /
+    (S**2 n_s)), n_s the source's distinct test tasks over all seeds, and the MDE is (z(1 - alpha / 2m)
+    + z(power)) times it (alpha / m: Holm's threshold for a family's smallest p). Tasks are taken as
+    independent: where a benchmark groups them (dialogues, APIs) the real MDE is larger.
+    """
+    from statistics import NormalDist
+
+    if not 0 < discordance <= 1:
+        raise ConfigError(f"--discordance: {discordance} is not in (0, 1]")
+    per_source: dict[str, set[str]] = {}
+    for c in cells:
+        per_source.setdefault(c.source, set()).update(c.test_ids)
+    sizes = {s: len(ids) for s, ids in per_source.items() if ids}
+    m = max(1, comparisons)
+    out: dict[str, Any] = {"tasks": sum(sizes.values()), "sources": len(sizes), "comparisons": m,
+                           "discordance": discordance, "power": power, "alpha": alpha, "mde_pp": None}
+    if not sizes:
+        return out
+    k = len(sizes)
+    sd = sum(discordance / (k * k * n) for n in sizes.values()) ** 0.5
+    z = NormalDist().inv_cdf(1 - alpha / (2 * m)) + NormalDist().inv_cdf(power)
+    out["mde_pp"] = 100.0 * z * sd
+    return out

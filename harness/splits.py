@@ -18,6 +18,22 @@ from .io import atomic_write_json, read_json
 
 DEFAULT_SEEDS = (0, 1, 2)
 GUIDANCE_FRACTION = 0.3
+SHARE_TOLERANCE = 0.10  # a realised guidance share further than this from the target is reported
+
+
+def guidance_share(split: Split) -> float:
+    """The realised share of the source's tasks on the guidance side (whole groups move, so it can miss)."""
+    n = len(split.guidance_ids) + len(split.test_ids)
+    return len(split.guidance_ids) / n if n else 0.0
+
+
+def share_warning(split: Split) -> str | None:
+    """One line when a grouped split's realised guidance share is off its target by more than 10 points."""
+    share = guidance_share(split)
+    if split.mode != "grouped" or abs(share - split.guidance_fraction) <= SHARE_TOLERANCE:
+        return None
+    return (f"{split.benchmark}/{split.source_id} seed {split.seed}: guidance share {100 * share:.0f} % (target "
+            f"{100 * split.guidance_fraction:.0f} %): whole groups are moved and this source's groups are large")
 
 
 def grouped_split(
@@ -39,6 +55,9 @@ def grouped_split(
     for t in sorted(tasks, key=lambda t: t.id):
         groups.setdefault(t.group or t.id, []).append(t)
     keys = sorted(groups)
+    if len(keys) < 2:
+        raise DataError(f"{benchmark}/{source_id}: all {len(tasks)} tasks are in one group ({keys[0]!r}); a grouped "
+                        "split needs at least two groups (one for guidance, one for test)")
     # Mix the source id into the seed so different sources get different (but fixed) orders.
     sub = int(stable_hash(source_id)[:8], 16)
     rng = np.random.default_rng([seed, sub])
@@ -55,7 +74,7 @@ def grouped_split(
         if count >= target:
             break
     g = set(guidance)
-    if len(g) == len(keys) and len(keys) > 1:  # never leave the test side empty
+    if len(g) == len(keys):  # never leave the test side empty
         g.discard(guidance[-1])
     guidance_ids = sorted(t.id for k in g for t in groups[k])
     test_ids = sorted(t.id for k in keys if k not in g for t in groups[k])
@@ -97,6 +116,7 @@ def write_manifest(root: Path, split: Split) -> Path:
     path = manifest_path(root, split)
     data = split.model_dump()
     data["split_id"] = split.split_id
+    data["guidance_share"] = round(guidance_share(split), 4)  # realised; the target is guidance_fraction
     if path.exists():
         old = read_json(path)
         if old.get("split_id") != data["split_id"]:
@@ -112,6 +132,7 @@ def write_manifest(root: Path, split: Split) -> Path:
 def load_manifest(path: Path) -> Split:
     data = read_json(path)
     data.pop("split_id", None)
+    data.pop("guidance_share", None)
     try:
         return Split.model_validate(data)
     except Exception as e:  # pydantic ValidationError

@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt
 
 from .grid import NA, NOT_RUN, Cell, ReportTable
 from .provenance_marks import annotate_figure, table_notes
+from .stats import format_delta, format_p
 
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 
@@ -227,9 +228,9 @@ def forest_png(bench: dict) -> bytes:
     """One benchmark of the leaderboard as a forest plot, from the numbers its table shows.
 
     Left: each method's macro accuracy with its 95% bootstrap interval, the baseline's as a dashed line.
-    Right: its difference from the baseline (pp) with the Holm-adjusted task-level paired p written next to
-    it. A DEGRADED cell (``degraded`` reasons on the entry) is drawn hollow in red and labelled, a method
-    that did not run is named with 'not run'.
+    Right: its difference from the baseline (pp, the paired Δ that is tested) with its cluster-bootstrap
+    interval and the Holm-adjusted paired p written next to it. A DEGRADED or INCOMPLETE cell is drawn
+    hollow in red and labelled, a method that did not run is named with 'not run'.
     """
     entries = bench["methods"]
     n = max(1, len(entries))
@@ -239,8 +240,9 @@ def forest_png(bench: dict) -> bytes:
     labels = []
     base = next((e for e in entries if e.get("is_baseline") and e.get("status") == "ok"), None)
     for y, e in zip(ys, entries):
-        degraded = bool(e.get("degraded"))
-        label = str(e["method"]) + (" (baseline)" if e.get("is_baseline") else "") + (" DEGRADED" if degraded else "")
+        degraded = bool(e.get("degraded")) or bool(e.get("incomplete"))
+        label = (str(e["method"]) + (" (baseline)" if e.get("is_baseline") else "")
+                 + (" DEGRADED" if e.get("degraded") else "") + (" INCOMPLETE" if e.get("incomplete") else ""))
         labels.append(label)
         if e.get("status") != "ok" or e.get("accuracy") is None or math.isnan(e["accuracy"]):
             left.text(0.5, y, str(e.get("status") or NOT_RUN), transform=left.get_yaxis_transform(), ha="center",
@@ -249,17 +251,20 @@ def forest_png(bench: dict) -> bytes:
         acc, lo, hi = (100 * e[k] if e.get(k) is not None else math.nan for k in ("accuracy", "ci_lo", "ci_hi"))
         color = DEGRADED_COLOR if degraded else ("#222" if e.get("is_baseline") else COLORS[0])
         face = "none" if degraded else color
-        err = [[acc - lo], [hi - acc]] if not (math.isnan(lo) or math.isnan(hi)) else None
+        err = [[max(0.0, acc - lo)], [max(0.0, hi - acc)]] if not (math.isnan(lo) or math.isnan(hi)) else None
         left.errorbar([acc], [y], xerr=err, fmt="s" if e.get("is_baseline") else "o", color=color, mfc=face,
                       ecolor=color, capsize=3, markersize=6)
         left.text(acc, y + 0.18, f"{acc:.1f}", fontsize=7, color=color, ha="center", va="bottom")
         delta = e.get("delta_pp")
         if delta is not None:
-            right.plot([delta], [y], marker="D", color=color, mfc=face, markersize=6, linestyle="none")
+            dlo, dhi = e.get("delta_lo"), e.get("delta_hi")
+            derr = [[max(0.0, delta - dlo)], [max(0.0, dhi - delta)]] if dlo is not None and dhi is not None else None
+            right.errorbar([delta], [y], xerr=derr, fmt="D", color=color, mfc=face, ecolor=color, capsize=3,
+                           markersize=6)
             p = e.get("p_holm")
-            ptext = "p n/a" if p is None else ("p<0.001" if p < 0.001 else f"p={p:.3f}")
-            right.annotate(f"{delta:+.1f} ({ptext})", (delta, y), xytext=(6, 4), textcoords="offset points",
-                           fontsize=7, color=color)
+            ptext = "p n/a" if p is None else "p " + format_p(p)
+            right.annotate(f"{format_delta(delta)} ({ptext})", (delta, y), xytext=(6, 4),
+                           textcoords="offset points", fontsize=7, color=color)
         elif e.get("is_baseline"):
             right.text(0, y, " baseline", fontsize=7, color="#222", va="center")
     if base is not None:
@@ -268,15 +273,15 @@ def forest_png(bench: dict) -> bytes:
     left.set_yticks(ys)
     left.set_yticklabels(labels, fontsize=8)
     for tick, e in zip(left.get_yticklabels(), entries):
-        if e.get("degraded"):
+        if e.get("degraded") or e.get("incomplete"):
             tick.set_color(DEGRADED_COLOR)
     left.set_xlim(0, 100)
     left.set_ylim(-0.7, n - 0.3)
     left.set_xlabel("accuracy (%) with 95% CI", fontsize=8)
-    deltas = [e["delta_pp"] for e in entries if e.get("delta_pp") is not None]
-    span = max([abs(d) for d in deltas] + [5.0]) * 1.6
+    deltas = [abs(e[k]) for e in entries for k in ("delta_pp", "delta_lo", "delta_hi") if e.get(k) is not None]
+    span = max(deltas + [5.0]) * 1.6
     right.set_xlim(-span, span)
-    right.set_xlabel(f"Δ vs {bench.get('baseline')} (pp), p (Holm)", fontsize=8)
+    right.set_xlabel(f"Δ vs {bench.get('baseline')} (pp, paired) with 95% CI, p (Holm)", fontsize=8)
     for ax in (left, right):
         ax.grid(axis="x", alpha=0.3)
         ax.tick_params(axis="x", labelsize=7)

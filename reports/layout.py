@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from .stats import format_p, stars
+
 NA = "—"
 
 
@@ -77,12 +79,12 @@ def pct(x: float | None) -> str:
     return NA if x is None or (isinstance(x, float) and math.isnan(x)) else f"{100.0 * x:.1f}"
 
 
-def fmt_p(p: float | None) -> str:
+def fmt_p(p: float | None, comparable: bool = True, mc_se: float | None = None) -> str:
+    """p by the reports' one rule (``stats.format_p``) with stars, which a degraded or incomplete
+    comparison never gets."""
     if p is None:
         return NA
-    mark = "***" if p < 0.001 else "**" if p < 0.01 else "*" if p < 0.05 else ""
-    text = "<0.001" if p < 0.001 else f"{p:.3f}"
-    return f"{text} {mark}".strip()
+    return f"{format_p(p, mc_se)} {stars(p, comparable)}".strip()
 
 
 def md_cell(text: str) -> str:

@@ -24,7 +24,7 @@ import numpy as np
 from sourcebench.harness.health import run_health
 from sourcebench.harness.io import atomic_write_text
 
-from .layout import NA, Figure, Table, fmt_p, pct, render_html, render_markdown, safe, safe_url
+from .layout import NA, Figure, Table, pct, render_html, render_markdown, safe, safe_url
 from .provenance_marks import by_source, mark
 from .rundata import (
     PHASES,
@@ -39,15 +39,22 @@ from .rundata import (
 from .stats import (
     AGGREGATION_RULE,
     CI_METHOD,
+    DELTA_METHOD,
     HOLM_FAMILY,
+    MIN_PAIRS,
     N_PERMUTATIONS,
-    bootstrap_ci,
+    accuracy_ci,
+    format_delta,
+    format_p,
     holm_by_family,
+    learning_sd,
     macro_accuracy,
+    min_detectable_effect,
     paired_test,
     paired_test_caption,
     per_seed_accuracy,
     sort_key,
+    stars,
 )
 
 NOT_RUN = "not run"
@@ -120,7 +127,6 @@ def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot
             if r["benchmark"] == bench:
                 rows_by[r["method"]].append(r)
         base_rows = rows_by.get(baseline, [])
-        base_acc = macro_accuracy(base_rows) if base_rows else None
         entries = []
         unavailable = unavailable_sources(data, bench)
         for method in methods_of(data, bench):
@@ -139,13 +145,17 @@ def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot
             e["degraded"] = [c.line() for c in health if c.benchmark == bench and c.method == method and c.degraded]
             if rows:
                 e.update(_method_numbers(rows, base_rows, method == baseline, seed, n_boot))
-                if base_acc is not None and method != baseline:
-                    e["delta_pp"] = 100.0 * (e["accuracy"] - base_acc)
             entries.append(e)
         # one Holm family per benchmark: the methods compared with the baseline on it (HOLM_FAMILY)
         adjusted, sizes = holm_by_family([e.get("p_value") for e in entries], [bench] * len(entries))
+        base_degraded = any(e["is_baseline"] and e.get("degraded") for e in entries)
         for e, p, m in zip(entries, adjusted, sizes):
             e["p_holm"], e["holm_m"] = p, m
+            e["base_degraded"] = base_degraded and not e["is_baseline"]
+            if e.get("null_se") is not None:
+                mde = min_detectable_effect(e["null_se"], max(1, m))
+                e["mde_pp"] = None if mde is None else 100.0 * mde
+                e["resolvable"] = None if mde is None or e.get("delta_pp") is None else abs(e["mean_diff"]) >= mde
         ran = sorted(
             (e for e in entries if e["status"] == "ok" and not e["is_baseline"]),
             key=lambda e: (-e["accuracy"], str(e["method"])),
@@ -169,10 +179,13 @@ def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot
 
 
 def _method_numbers(rows, base_rows, is_baseline, seed, n_boot) -> dict[str, Any]:
-    lo, hi = bootstrap_ci(rows, n_boot=n_boot, seed=seed)
+    lo, hi = accuracy_ci(rows)
     seeds = per_seed_accuracy(rows)
     vals = list(seeds.values())
+    lsd, n_common = learning_sd(rows)
     e: dict[str, Any] = {
+        "learning_sd": lsd,
+        "n_common_tasks": n_common,
         "accuracy": macro_accuracy(rows),
         "ci_lo": lo,
         "ci_hi": hi,
@@ -188,11 +201,61 @@ def _method_numbers(rows, base_rows, is_baseline, seed, n_boot) -> dict[str, Any
             for s in sorted({r["source"] for r in rows}, key=sort_key)
         },
     }
+    e["failed_share"] = e["failed_rows"] / e["n_rows"] if e["n_rows"] else 0.0
     if base_rows and not is_baseline:
-        t = paired_test(rows, base_rows, seed=seed, n_resamples=N_PERMUTATIONS)
+        t = paired_test(rows, base_rows, seed=seed, n_resamples=N_PERMUTATIONS, n_boot=n_boot)
         e.update(test=t["test"], n_pairs=t["n_pairs"], n_paired_rows=t["n_paired_rows"], p_value=t["p_value"],
-                 p_exact=t["exact"])
+                 p_exact=t["exact"], p_mc_se=t["p_mc_se"], n_groups=t["n_groups"], mean_diff=t["mean_diff"],
+                 null_se=t["null_se"], untested=t.get("reason"), a_missing=t["a_missing"],
+                 b_missing=t["b_missing"], n_tasks_base=t["n_tasks_b"],
+                 delta_pp=None if t["mean_diff"] is None else 100.0 * t["mean_diff"],
+                 delta_lo=None if t["ci_lo"] is None else 100.0 * t["ci_lo"],
+                 delta_hi=None if t["ci_hi"] is None else 100.0 * t["ci_hi"])
+        e["incomplete"] = bool(t["a_missing"] or t["b_missing"])
     return e
+
+
+def comparable(e: dict) -> bool:
+    """Whether an entry's comparison may carry stars or a "best" mark: neither degraded nor incomplete."""
+    return not e.get("degraded") and not e.get("incomplete") and not e.get("base_degraded")
+
+
+def score_text(e: dict) -> str:
+    """Accuracy with its interval, the failed share beside it when not zero, and the DEGRADED mark."""
+    acc = f"{pct(e['accuracy'])} [{pct(e['ci_lo'])}, {pct(e['ci_hi'])}]"
+    if e.get("failed_share"):
+        acc += f" ({100.0 * e['failed_share']:.1f}% failed)"
+    return f"DEGRADED ({acc})" if e.get("degraded") else acc
+
+
+def delta_text(e: dict) -> str:
+    """Δ (the tested statistic) with its paired interval; INCOMPLETE when a side is missing tasks."""
+    if e.get("delta_pp") is None:
+        return NA
+    if e.get("untested") and e.get("n_pairs", 0) < MIN_PAIRS:
+        return f"{NA} ({e['n_pairs']} pairs)"
+    out = format_delta(e["delta_pp"])
+    if e.get("delta_lo") is not None:
+        out += f" [{format_delta(e['delta_lo'])}, {format_delta(e['delta_hi'])}]"
+    elif e.get("untested"):
+        out += f" ({e['untested']})"
+    if e.get("incomplete"):
+        out += " INCOMPLETE"
+    return out
+
+
+def p_cell(e: dict) -> str:
+    """Holm-adjusted p with stars, stars withheld from degraded or incomplete comparisons."""
+    if e.get("p_holm") is None:
+        return NA
+    return f"{format_p(e['p_holm'], e.get('p_mc_se'))} {stars(e['p_holm'], comparable(e))}".strip()
+
+
+def mde_text(e: dict) -> str:
+    if e.get("mde_pp") is None:
+        return NA
+    out = f"{e['mde_pp']:.1f}"
+    return out + " (not resolvable by this run)" if e.get("resolvable") is False else out
 
 
 def _kind(reason: Any) -> str:
@@ -218,20 +281,23 @@ def _main_table(b: dict) -> Table:
     for e in b["methods"]:
         name = safe(e["method"]) + (" (baseline)" if e["is_baseline"] else "")
         if e["status"] != "ok":
-            rows.append([name, e["status"], NA, NA, "0", NA, NA, str(e["failed_calls"])])
+            rows.append([name, e["status"], NA, NA, NA, NA, "0", NA, NA, NA, str(e["failed_calls"])])
             continue
         sd = f" ± {pct(e['seed_sd'])}" if e["seed_sd"] is not None else " (1 seed)"
-        delta = f"{e['delta_pp']:+.1f}" if e.get("delta_pp") is not None else NA
-        acc = f"{pct(e['accuracy'])} [{pct(e['ci_lo'])}, {pct(e['ci_hi'])}]"
+        pairs = (f"{e['n_pairs']} of {max(e['n_tasks'], e.get('n_tasks_base', 0))} ({e['n_groups']} groups)"
+                 if e.get("n_pairs") is not None else NA)
         rows.append(
             [
                 name,
-                mark(f"DEGRADED ({acc})" if e.get("degraded") else acc, bool(b.get("substitutes"))),
-                delta,
-                fmt_p(e.get("p_holm")),
+                mark(score_text(e), bool(b.get("substitutes"))),
+                delta_text(e),
+                p_cell(e),
+                pairs,
+                mde_text(e),
                 str(e["n_tasks"]),
                 f"{e['failed_rows']}/{e['n_rows']}",
                 pct(e["seed_mean"]) + sd,
+                NA if e.get("learning_sd") is None else f"{pct(e['learning_sd'])} ({e['n_common_tasks']} tasks)",
                 str(e["failed_calls"]),
             ]
         )
@@ -241,7 +307,13 @@ def _main_table(b: dict) -> Table:
     degraded = [line for e in b["methods"] for line in e.get("degraded") or []]
     if degraded:
         notes.append("DEGRADED cells lost more than the allowed share of their work, so their accuracy is not "
-                     "comparable with healthy cells: " + " | ".join(safe(x) for x in degraded) + ".")
+                     "comparable with healthy cells (no stars): " + " | ".join(safe(x) for x in degraded) + ".")
+    incomplete = [e for e in b["methods"] if e.get("incomplete")]
+    if incomplete:
+        notes.append("INCOMPLETE: a side is missing tasks the other scored, so the accuracies are over different "
+                     "task sets; Δ and p are on the shared tasks only and get no stars: " + "; ".join(
+                         f"{safe(e['method'])} lacks {e['a_missing']} of the baseline's tasks, the baseline lacks "
+                         f"{e['b_missing']} of its tasks" for e in incomplete) + ".")
     if not b["baseline_present"] and not b.get("unavailable"):
         notes.append(
             f"Baseline {safe(b['baseline'])} has no results for this benchmark: "
@@ -252,11 +324,14 @@ def _main_table(b: dict) -> Table:
         [
             "method",
             "accuracy % [95% CI]",
-            "Δ vs baseline (pp)",
+            "Δ vs baseline (pp) [95% CI]",
             "p (Holm)",
+            "paired tasks (groups)",
+            "MDE 80% (pp)",
             "n tasks",
             "failed tasks / rows",
             "seeds: mean ± sd %",
+            "learning sd (pp)",
             "failed calls",
         ],
         rows,
@@ -267,17 +342,20 @@ def _main_table(b: dict) -> Table:
 def _test_note(b: dict) -> str:
     """Which test each p is, on how many tasks, and the Holm family it is corrected in."""
     tested = [e for e in b["methods"] if e.get("test")]
+    untested = "".join(f" {safe(e['method'])}: not tested ({e['untested']}), {NA}." for e in b["methods"]
+                       if e.get("untested") and not e.get("test"))
     if not tested:
-        return ""
+        return untested.strip()
     base = safe(b["baseline"])
     per = "; ".join(
-        f"{safe(e['method'])}: {TEST_NAMES[e['test']]}, {e['n_pairs']} paired tasks ({e['n_paired_rows']} "
-        f"task x seed rows), " + ("exact" if e.get("p_exact") else f"{N_PERMUTATIONS} seeded sign patterns")
+        f"{safe(e['method'])}: {TEST_NAMES[e['test']]}, {e['n_pairs']} paired tasks in {e['n_groups']} groups "
+        f"({e['n_paired_rows']} task x seed rows), " + ("exact" if e.get("p_exact") else
+                                                        f"{N_PERMUTATIONS} seeded sign patterns")
         for e in tested
     )
     m = b.get("holm_m", 0)
-    return (f"p vs {base}, with the task as unit: {per}. p (Holm): Holm-Bonferroni over the {m} method"
-            f"{'' if m == 1 else 's'} compared with {base} on this benchmark.")
+    return (f"p vs {base}, with the group as unit: {per}. p (Holm): Holm-Bonferroni over the {m} method"
+            f"{'' if m == 1 else 's'} compared with {base} on this benchmark.{untested}")
 
 
 def _cost_table(b: dict) -> Table:
@@ -410,12 +488,36 @@ def _provenance(data: RunData, seed: int, n_boot: int) -> list[Table]:
     if isinstance(versions, dict):
         for k, v in versions.items():
             flat.update({f"{k}/{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v})
+    split_rows, warnings = _splits(data)
     return [
         Table("Run", ["field", "value"], [list(kv) for kv in info]),
+        *([Table("Splits", ["benchmark", "source", "seed", "guidance", "test", "guidance share %"], split_rows,
+                 "Realised guidance share of each split (whole groups move, so it can miss the 30 % target). "
+                 + (" WARNING: " + " | ".join(safe(w) for w in warnings) if warnings else ""))] if split_rows else []),
         Table("Methods", ["method", "version", "deviations"], methods),
         Table("Sources", ["id", "origin", "fingerprint", "n elements"], sources),
         Table("Versions", ["component", "version"], [[safe(k), safe(v)] for k, v in sorted(flat.items())]),
     ]
+
+
+def _splits(data: RunData) -> tuple[list[list[str]], list[str]]:
+    """The run's split manifests: sizes and realised guidance share per (benchmark, source, seed), and the
+    splits whose share is off the target by more than 10 points."""
+    from sourcebench.harness.errors import DataError
+    from sourcebench.harness.splits import guidance_share, load_manifest, share_warning
+
+    rows, warnings = [], []
+    for path in sorted((data.run_dir / "splits").glob("**/seed*.json")):
+        try:
+            sp = load_manifest(path)
+        except DataError:
+            continue  # an unreadable manifest is the runner's to report; the table lists the readable ones
+        w = share_warning(sp)
+        rows.append([safe(sp.benchmark), safe(sp.source_id), safe(sp.seed), str(len(sp.guidance_ids)),
+                     str(len(sp.test_ids)), f"{100 * guidance_share(sp):.1f}" + (" (off target)" if w else "")])
+        if w:
+            warnings.append(w)
+    return rows, warnings
 
 
 def caption(data: RunData, baseline: str, seed: int, n_boot: int) -> list[str]:
@@ -425,14 +527,25 @@ def caption(data: RunData, baseline: str, seed: int, n_boot: int) -> list[str]:
     seeds = ", ".join(safe(s) for s in run.get("seeds") or []) or NA
     return [
         f"Macro accuracy (%): {AGGREGATION_RULE}.",
-        f"95% CI: {CI_METHOD} ({n_boot} resamples, seed {seed}).",
-        f"Δ: accuracy minus the baseline's ({safe(baseline)}), in percentage points.",
+        f"95% CI: {CI_METHOD}.",
+        (f"Δ: {DELTA_METHOD} ({n_boot} resamples, seed {seed}); baseline {safe(baseline)}. Δ is not the difference "
+         "of the accuracies when a side is missing tasks (INCOMPLETE) or seeds test different task sets; "
+         f"with fewer than {MIN_PAIRS} paired tasks, or identical answers on every paired task, nothing is "
+         f"tested ({NA})."),
+        ("MDE 80%: the smallest |Δ| this comparison detects with 80% power at the Holm threshold of its "
+         "family (two-sided 0.05 / m), from its paired groups and their observed discordance (the sign-flip "
+         "null's standard deviation); a Δ below it is not resolvable by this run, whatever its p."),
+        ("seeds: mean ± sd % mixes test-subset variation with learning variance over test sets that overlap "
+         "(a task is tested under several split seeds); learning sd: the sd over seeds of the accuracy on the "
+         "tasks every seed tested, the between-seed (learning) component."),
         (
             f"p: {paired_test_caption(N_PERMUTATIONS, seed)}. p (Holm): Holm-Bonferroni over the methods "
             f"compared with {safe(baseline)} on the same benchmark, {HOLM_FAMILY} as in the reproduce tables "
             "(a run folder is one backend); * p<0.05, ** p<0.01, *** p<0.001."
         ),
-        "n tasks: distinct test tasks; failed tasks / rows: scored failures over task x seed rows.",
+        ("n tasks: distinct test tasks; failed tasks / rows: scored failures over task x seed rows (scored 0; "
+         "their share is shown next to the accuracy when not zero); paired tasks: tasks both sides scored, of "
+         "the tasks either scored, in that many groups."),
         (
             f"Model: {_describe(run.get('model'), _MODEL_SETTINGS)}; judge: "
             f"{_describe(run.get('judge_model'), _MODEL_SETTINGS)}; embedder: "
@@ -453,9 +566,10 @@ def _forest(b: dict) -> Figure | None:
     return Figure(mark(f"{b['benchmark']}: accuracy and difference from the baseline", bool(b.get("substitutes"))),
                   f"forest_{_slug(b['benchmark'])}.png", forest_png(b), " ".join([
                       *b.get("substitutes", {}).values(),
-                      ("Left: macro accuracy with its 95% bootstrap interval (task as unit), the baseline's "
-                       "as a dotted line; right: Δ vs the baseline in pp with the Holm-adjusted task-level paired p, as "
-                       "in the table. Red hollow markers and a red name: DEGRADED cells (not comparable, see the "
+                      ("Left: macro accuracy with its 95% interval (groups as clusters within sources), the "
+                       "baseline's as a dotted line; right: Δ vs the baseline in pp on the paired tasks (the tested "
+                       "statistic) with its 95% cluster-bootstrap interval and the Holm-adjusted p, as in the table. "
+                       "Red hollow markers and a red name: DEGRADED or INCOMPLETE cells (not comparable, see the "
                        "note).")]))
 
 
@@ -496,18 +610,31 @@ def render_csv(summary: list[dict], seeds: list[Any]) -> str:
         "ci_lo_pct",
         "ci_hi_pct",
         "delta_pp",
+        "delta_ci_lo_pp",
+        "delta_ci_hi_pp",
+        "mde_pp",
+        "resolvable",
+        "incomplete",
+        "a_missing_tasks",
+        "baseline_missing_tasks",
         "test",
         "n_pairs",
+        "n_groups",
+        "untested_reason",
         "n_paired_rows",
         "p_exact",
         "p_value",
+        "p_mc_se",
         "p_holm",
         "holm_family_size",
         "n_tasks",
         "n_rows",
         "failed_rows",
+        "failed_share_pct",
         "seed_mean_pct",
         "seed_sd_pct",
+        "learning_sd_pct",
+        "n_common_tasks",
         *[f"acc_seed{s}_pct" for s in seeds],
     ]
     header += [f"{p}_{w}" for p in phases for w in ("calls", "calls_live", "tokens", "tokens_live", "failed")]
@@ -526,18 +653,31 @@ def render_csv(summary: list[dict], seeds: list[Any]) -> str:
                 _pct_num(e.get("ci_lo")),
                 _pct_num(e.get("ci_hi")),
                 _num(e.get("delta_pp")),
+                _num(e.get("delta_lo")),
+                _num(e.get("delta_hi")),
+                _num(e.get("mde_pp")),
+                "" if e.get("resolvable") is None else int(e["resolvable"]),
+                "" if e.get("incomplete") is None else int(e["incomplete"]),
+                _num(e.get("a_missing"), "{}"),
+                _num(e.get("b_missing"), "{}"),
                 e.get("test") or "",
                 _num(e.get("n_pairs"), "{}"),
+                _num(e.get("n_groups"), "{}"),
+                safe(e.get("untested") or ""),
                 _num(e.get("n_paired_rows"), "{}"),
                 "" if e.get("p_exact") is None else int(e["p_exact"]),
                 _num(e.get("p_value"), "{:.6g}"),
+                _num(e.get("p_mc_se"), "{:.2g}"),
                 _num(e.get("p_holm"), "{:.6g}"),
                 _num(e.get("holm_m") if e.get("p_value") is not None else None, "{}"),
                 e.get("n_tasks", 0),
                 e.get("n_rows", 0),
                 e.get("failed_rows", 0),
+                _pct_num(e.get("failed_share")),
                 _pct_num(e.get("seed_mean")),
                 _pct_num(e.get("seed_sd")),
+                _pct_num(e.get("learning_sd")),
+                _num(e.get("n_common_tasks"), "{}"),
                 *[_pct_num(e.get("seed_acc", {}).get(s)) for s in seeds],
             ]
             for p in phases:
@@ -575,7 +715,8 @@ def write_report(
     if names:
         from .protocols.render import protocol_sections
 
-        sections += protocol_sections(data, names, baseline=baseline, data_dir=Path(data_dir) if data_dir else None)
+        sections += protocol_sections(data, names, baseline=baseline, data_dir=Path(data_dir) if data_dir else None,
+                                      seed=seed)
     prov = _provenance(data, seed, n_boot)
     title = f"SourceBench leaderboard: run {safe(data.run.get('run_id') or data.run_dir.name)}"
     seeds = sorted({s for b in summary for e in b["methods"] for s in e.get("seed_acc", {})}, key=sort_key)

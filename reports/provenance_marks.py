@@ -14,8 +14,8 @@ from typing import Any
 
 from .layout import safe
 
-MARK = "\u2021"  # double dagger: the single dagger marks DEGRADED cells
-TEX_MARK = r"\ddag{}"
+MARK = "\u00a7"  # section sign: the dagger marks DEGRADED cells, the double dagger INCOMPLETE ones
+TEX_MARK = r"\S{}"
 
 
 def _bench_name(run: dict[str, Any]) -> str:

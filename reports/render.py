@@ -14,7 +14,7 @@ import io
 import math
 import re
 
-from .grid import DAGGER, NA, NOT_RUN, Cell, ReportTable, degraded_notes, pct_text
+from .grid import DAGGER, INCOMPLETE_MARK, NA, NOT_RUN, Cell, ReportTable, degraded_notes, pct_text
 from .provenance_marks import MARK, TEX_MARK, table_notes
 
 
@@ -42,7 +42,8 @@ def cell_plain(c: Cell, show_ci: bool = False) -> str:
         return NOT_RUN
     if c.value is None:
         return c.text or NA
-    out = pct_text(c.shown) + (DAGGER if c.degraded else "") + (MARK if c.substitute else "")
+    out = (pct_text(c.shown) + (DAGGER if c.degraded else "") + (INCOMPLETE_MARK if c.incomplete else "")
+           + (MARK if c.substitute else ""))
     if c.delta is not None:
         out += " " + _delta_plain(c.delta)
     if show_ci and _ci_plain(c):
@@ -72,7 +73,7 @@ def _md_cell(c: Cell, show_ci: bool) -> str:
         return _md_escape(cell_plain(c))
     num = pct_text(c.shown)
     num = f"**{num}**" if c.mark == "best" else f"<u>{num}</u>" if c.mark == "second" else num
-    num += (DAGGER if c.degraded else "") + (MARK if c.substitute else "")
+    num += (DAGGER if c.degraded else "") + (INCOMPLETE_MARK if c.incomplete else "") + (MARK if c.substitute else "")
     if c.delta is not None:
         num += f"<sub>{_delta_plain(c.delta)}</sub>"
     if show_ci and _ci_plain(c):
@@ -105,7 +106,8 @@ def _group_per_column(t: ReportTable) -> list[str]:
 # ------------------------------------------------------------------------------------------ CSV
 
 CSV_HEADER = ["table", "row", "column", "status", "accuracy_pct", "shown", "ci_lo_pct", "ci_hi_pct",
-              "delta_shown_pp", "delta_exact_pp", "mark", "n_tasks", "text", "reason"]
+              "delta_shown_pp", "delta_exact_pp", "delta_ci_lo_pp", "delta_ci_hi_pp", "mark", "n_tasks",
+              "degraded", "incomplete", "text", "reason"]
 
 
 def _num(x: float | None, scale: float = 100.0) -> str:
@@ -121,8 +123,10 @@ def to_csv(t: ReportTable) -> str:
         for col, c in zip(t.columns, r.cells):
             w.writerow([t.id, " / ".join(s for s in stub if s), col, c.status, _num(c.value), cell_plain(c),
                         _num(c.ci[0] if c.ci else None), _num(c.ci[1] if c.ci else None),
-                        "" if c.delta is None else f"{c.delta:.1f}", _num(c.delta_exact, 1.0), c.mark,
-                        "" if c.n is None else c.n, c.text, c.reason])
+                        "" if c.delta is None else f"{c.delta:.1f}", _num(c.delta_exact, 1.0),
+                        _num(c.delta_ci[0] if c.delta_ci else None, 1.0),
+                        _num(c.delta_ci[1] if c.delta_ci else None, 1.0), c.mark,
+                        "" if c.n is None else c.n, int(bool(c.degraded)), c.incomplete, c.text, c.reason])
     return buf.getvalue()
 
 
@@ -153,7 +157,9 @@ def _tex_cell(c: Cell, show_ci: bool) -> str:
         return tex_escape(c.text or NA)
     num = pct_text(c.shown)
     num = rf"\textbf{{{num}}}" if c.mark == "best" else rf"\underline{{{num}}}" if c.mark == "second" else num
-    num += (r"\textsuperscript{\dag}" if c.degraded else "") + (rf"\textsuperscript{{{TEX_MARK}}}" if c.substitute else "")
+    num += r"\textsuperscript{\dag}" if c.degraded else ""
+    num += r"\textsuperscript{\ddag}" if c.incomplete else ""
+    num += rf"\textsuperscript{{{TEX_MARK}}}" if c.substitute else ""
     if c.delta is not None:
         macro = r"\sbup" if c.delta > 0 else r"\sbdown" if c.delta < 0 else r"\sbzero"
         num += f"{macro}{{{abs(c.delta):.1f}}}"
@@ -164,7 +170,8 @@ def _tex_cell(c: Cell, show_ci: bool) -> str:
 
 def to_latex(t: ReportTable) -> str:
     ns, nc = len(t.stub_header), len(t.columns)
-    caption = tex_escape(" ".join(t.caption + _notes(t)[len(t.notes):])).replace(DAGGER, r"\dag{}").replace(MARK, TEX_MARK)
+    caption = tex_escape(" ".join(t.caption + _notes(t)[len(t.notes):])).replace(
+        INCOMPLETE_MARK, r"\ddag{}").replace(DAGGER, r"\dag{}").replace(MARK, TEX_MARK)
     lines = [LATEX_PREAMBLE, r"\begin{table}[t]", r"\centering", r"\small",
              rf"\caption{{{tex_escape(t.title)}. {caption}}}",
              rf"\label{{tab:{t.id}}}", rf"\begin{{tabular}}{{{'l' * ns}{'r' * nc}}}", r"\toprule"]
@@ -185,7 +192,7 @@ def to_latex(t: ReportTable) -> str:
         lines.append(" & ".join([tex_escape(s) for s in r.stub] + [_tex_cell(c, t.show_ci) for c in r.cells])
                      + r" \\")
     lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
-    lines += [f"% {n}".replace(DAGGER, "+").replace(MARK, "++") for n in _notes(t)]
+    lines += [f"% {n}".replace(INCOMPLETE_MARK, "++").replace(DAGGER, "+").replace(MARK, "S") for n in _notes(t)]
     return "\n".join(lines) + "\n"
 
 
@@ -200,6 +207,7 @@ def _html_cell(c: Cell, show_ci: bool) -> str:
     num = pct_text(c.shown)
     num = f"<strong>{num}</strong>" if c.mark == "best" else f"<u>{num}</u>" if c.mark == "second" else num
     num += f'<span class="degraded" title="{esc("; ".join(c.degraded))}">{DAGGER}</span>' if c.degraded else ""
+    num += f'<span class="degraded" title="{esc(c.incomplete)}">{INCOMPLETE_MARK}</span>' if c.incomplete else ""
     num += f'<span class="substitute" title="{esc("; ".join(c.substitute))}">{MARK}</span>' if c.substitute else ""
     if c.delta is not None:
         cls = "up" if c.delta > 0 else "down" if c.delta < 0 else "zero"
@@ -207,6 +215,8 @@ def _html_cell(c: Cell, show_ci: bool) -> str:
     tip = []
     if _ci_plain(c):
         tip.append(f"95% CI {_ci_plain(c)}")
+    if c.delta_ci:
+        tip.append(f"Δ 95% CI [{c.delta_ci[0]:+.1f}, {c.delta_ci[1]:+.1f}]")
         if show_ci:
             num += f' <span class="ci">{esc(_ci_plain(c))}</span>'
     if c.n is not None:

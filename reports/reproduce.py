@@ -43,7 +43,7 @@ from .config import Backend, BenchmarkEntry, ExperimentConfig, load_config
 from .grid import ReportTable, stats_table
 from .leaderboard import write_report
 from .plan import FolderPlan, Variant, cycles_variant, plan, resolve_method
-from .results import FAILED, NOT_RUN, RAN, Results, cell_key, report_dir, status_path
+from .results import FAILED, INCOMPLETE, NOT_RUN, RAN, Results, cell_key, report_dir, status_path
 
 # ------------------------------------------------------------------------------------ variants
 
@@ -222,7 +222,7 @@ class Reproduction:
     def _count(self, backend: Backend, bench: BenchmarkEntry, folder: Path, names: list[str]) -> None:
         from sourcebench.harness.health import run_health
 
-        from .rundata import load_run
+        from .rundata import load_run, missing_rows
 
         data = load_run(folder)
         rows = data.results
@@ -235,6 +235,11 @@ class Reproduction:
             failed = sum(1 for r in rows if r["method"] == n and r.get("failed"))
             if k == 0:
                 self._set(backend.id, bench.id, n, FAILED, "no test task was scored (see the inspect logs)", rows=0)
+                continue
+            missing, planned = missing_rows(rows, None, n)
+            if missing:  # some inspect tasks errored: the cell's value is over fewer tasks than the others'
+                self._set(backend.id, bench.id, n, INCOMPLETE, f"{missing} of {planned} planned rows missing"
+                          + (f", {failed} scored failure(s)" if failed else ""), rows=k)
                 continue
             self._set(backend.id, bench.id, n, RAN, f"{failed} scored failure(s)" if failed else "", rows=k)
 
@@ -271,7 +276,7 @@ class Reproduction:
         for v, cls, config in todo:
             ref = v.matched_to
             st = self.status["cells"].get(cell_key(backend.id, bench.id, ref), {})
-            if st.get("status") != RAN:
+            if st.get("status") not in (RAN, INCOMPLETE):
                 self._set(backend.id, bench.id, v.alias, NOT_RUN, f"needs {ref}, which did not run "
                           f"({st.get('reason') or st.get('status') or 'not planned'})")
                 continue

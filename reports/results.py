@@ -29,6 +29,7 @@ from .rundata import RunData, load_run
 
 DERIVED = "reproduce"
 RAN, NOT_RUN, FAILED = "ran", "not run", "failed"
+INCOMPLETE = "incomplete"  # ran, but fewer result rows than the folder's other methods scored
 
 
 def slug(name: str) -> str:

@@ -130,3 +130,14 @@ def unavailable_sources(data: RunData, benchmark: str) -> list[dict[str, str]]:
     name = declared.get("name") if isinstance(declared, dict) else declared
     recs = data.run.get("unavailable") or []
     return [r for r in recs if isinstance(r, dict)] if name == benchmark else []
+
+
+def missing_rows(results: list[dict[str, Any]], benchmark: str | None, method: str) -> tuple[int, int]:
+    """(rows missing, rows planned) for a method: planned are the (source, seed, task) rows that any method
+    of the folder scored in the sources this method answered (every method of a run folder tests the same
+    split tasks); missing are those it has no row for, e.g. after an inspect task errored."""
+    results = [r for r in results if benchmark is None or r["benchmark"] == benchmark]
+    own = {(r["source"], r["seed"], r["task_id"]) for r in results if r["method"] == method}
+    sources = {k[0] for k in own}
+    planned = {(r["source"], r["seed"], r["task_id"]) for r in results if r["source"] in sources}
+    return len(planned - own), len(planned)

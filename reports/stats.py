@@ -23,9 +23,21 @@ AGGREGATION_RULE = (
 )
 
 CI_METHOD = (
-    "percentile bootstrap of the aggregated accuracy with the task as unit: within each source (a stratum, "
-    "not resampled) test task ids are drawn with replacement, a drawn task brings its rows of every split "
-    "seed (the same draw for every seed), and each resample is aggregated like the estimate (seeds averaged)"
+    "design-effect Wilson score interval of the aggregated accuracy: the estimate's variance is the "
+    "linearised (Taylor) variance of the source-stratified, group-clustered mean (within each source, the "
+    "groups of tasks - a dialogue, an API, a story; a task without a group is its own - are the "
+    "independent units, a task's rows of every split seed stay in its group), the effective number of "
+    "units is p(1 - p) / variance, and the Wilson interval is taken at that size (plain Wilson for one "
+    "source of ungrouped binary tasks and one seed); conditional on the fixed sources and on the learned "
+    "artifacts of this run (a new learning run is not resampled)"
+)
+
+DELTA_METHOD = (
+    "the tested statistic, the mean over sources of the mean per-task difference (method minus baseline; "
+    "a task's difference is averaged over the split seeds where both scored it) on the tasks both sides "
+    "scored, in points; its 95% interval is a BCa cluster bootstrap: within each source (a stratum, not "
+    "resampled) whole groups are drawn with replacement, each resample aggregated like Δ; conditional on "
+    "the fixed sources and the learned artifacts"
 )
 
 # Largest number of matrix cells (resamples x tasks) materialised at once by the resampling loops.
@@ -147,15 +159,31 @@ N_PERMUTATIONS = 9999  # random sign patterns when the null is too large to enum
 def paired_test_caption(n_resamples: int, seed: int) -> str:
     """The paired test in words, for captions: its unit, its strata, its statistic and how p is found."""
     return (
-        "two-sided paired test with the task as unit, as in the bootstrap: each task's difference (method "
-        "minus baseline) is averaged over the split seeds where both scored it, and the statistic is the "
-        "mean over sources of the mean per-task difference (sources weigh the same, as in the accuracy); "
-        "p: sign-flip (randomisation) test of these per-task mean differences, each task's sign flipped "
-        "within its source, exact (every sign pattern) when the null has at most 1,048,576 outcomes (always "
-        f"for at most 20 non-zero tasks), else {n_resamples} random sign patterns (seed {seed}), "
-        f"p = (hits + 1) / ({n_resamples} + 1); where every task has one binary pair and the sources have equal numbers of "
-        "tasks, this test is exact McNemar and is reported as such"
+        "two-sided paired test on the tasks both sides scored, clustered by group: each task's difference "
+        "(method minus baseline) is averaged over the split seeds where both scored it, and the statistic "
+        "(Δ) is the mean over sources of the mean per-task difference (sources weigh the same, as in the "
+        "accuracy); p: cluster sign-flip (randomisation) test, the summed contribution of each group (a "
+        "dialogue, an API, a story; a task without a group is its own) flipped as one within its source, so "
+        "correlated group-mates are never counted as independent evidence; exact (every sign pattern) when "
+        "the null has at most 1,048,576 outcomes (always for at most 20 non-zero groups), else "
+        f"{n_resamples} random sign patterns (seed {seed}), p = (hits + 1) / ({n_resamples} + 1), shown with "
+        "its Monte Carlo standard error; where every group is one task with one binary pair and the sources "
+        "have equal numbers of tasks, this test is exact McNemar and is reported as such"
     )
+
+
+def _group_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+    """The cluster of a row within its source: its ``group``, or the task itself when it has none."""
+    g = row.get("group")
+    return ("group", str(g)) if g not in (None, "") else ("task", row["task_id"])
+
+
+def _task_groups(rows: Iterable[Mapping[str, Any]]) -> dict[tuple[Any, Any], tuple[Any, ...]]:
+    """(source, task_id) -> its group key (the first one seen: a task belongs to one group)."""
+    out: dict[tuple[Any, Any], tuple[Any, ...]] = {}
+    for r in rows:
+        out.setdefault((r["source"], r["task_id"]), _group_key(r))
+    return out
 
 
 def _task_differences(
@@ -176,6 +204,38 @@ def _task_differences(
             xb.append(tb[t])
     tasks = sorted(per_task, key=lambda k: (sort_key(k[0]), sort_key(k[1])))
     return (tasks, [np.array(per_task[k][0]) for k in tasks], [np.array(per_task[k][1]) for k in tasks])
+
+
+def _tasks_of(rows: Iterable[Mapping[str, Any]]) -> set[tuple[Any, Any]]:
+    return {(r["source"], r["task_id"]) for r in rows}
+
+
+def coverage_of(rows_a: Sequence[Mapping[str, Any]], rows_b: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+    """How many distinct tasks each side scored and how many of them the other side lacks.
+
+    A comparison where a side is missing tasks the other scored is still tested on the shared tasks,
+    but the accuracies shown next to it are over different task sets: reports mark it (``INCOMPLETE``).
+    """
+    ta, tb = _tasks_of(rows_a), _tasks_of(rows_b)
+    return {"n_tasks_a": len(ta), "n_tasks_b": len(tb), "a_missing": len(tb - ta), "b_missing": len(ta - tb)}
+
+
+def _clusters(rows_a, rows_b):
+    """Per-task differences with their source weights, grouped into clusters within sources.
+
+    Returns (tasks, a_scores, b_scores, diff, weights, cluster index per task, cluster source list).
+    """
+    tasks, a_scores, b_scores = _task_differences(rows_a, rows_b)
+    groups = _task_groups(list(rows_a))
+    diff = np.array([float(np.mean(a - b)) for a, b in zip(a_scores, b_scores)])
+    sources = [s for s, _ in tasks]
+    n_of = {s: sources.count(s) for s in dict.fromkeys(sources)}
+    weights = np.array([1.0 / (len(n_of) * n_of[s]) for s in sources])
+    ckeys: dict[tuple[Any, ...], int] = {}
+    cidx = np.array([ckeys.setdefault((t[0], *groups.get(t, ("task", t[1]))), len(ckeys)) for t in tasks],
+                    dtype=np.int64)
+    csource = [k[0] for k in ckeys]
+    return tasks, a_scores, b_scores, diff, weights, cidx, csource
 
 
 def _exact_sign_flip_p(c: np.ndarray) -> float | None:
@@ -229,59 +289,250 @@ def _sign_flip_p(c: np.ndarray, n_resamples: int, seed: int) -> tuple[float, boo
     return (hits + 1) / (n_resamples + 1), False
 
 
+def paired_delta(rows_a: Sequence[Mapping[str, Any]], rows_b: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Δ = the statistic ``paired_test`` tests (no test, no interval): cheap enough for every table cell."""
+    tasks, _, _, diff, weights, _, _ = _clusters(rows_a, rows_b)
+    return {"mean_diff": float((weights * diff).sum()) if tasks else None, "n_pairs": len(tasks),
+            **coverage_of(rows_a, rows_b)}
+
+
+MIN_PAIRS = 5  # fewer paired tasks than this: no test, no interval, "—" (nothing a paper could use)
+POWER = 0.80
+ALPHA = 0.05
+
+
+def _bca_interval(stat: np.ndarray, est: float, jack: np.ndarray, level: float) -> tuple[float, float]:
+    """Bias-corrected and accelerated percentile interval from bootstrap ``stat`` and jackknife ``jack``.
+
+    BCa corrects the percentile interval's median bias (z0) and skew (a, from leave-one-cluster-out
+    estimates), which is what makes the plain percentile interval under-cover at small n.
+    """
+    alpha = (1.0 - level) / 2.0
+    below = (np.count_nonzero(stat < est) + 0.5 * np.count_nonzero(stat == est)) / stat.size
+    z0 = float(_sps.norm.ppf(min(max(below, 1e-6), 1 - 1e-6)))
+    d = jack.mean() - jack
+    den = 6.0 * float((d**2).sum()) ** 1.5
+    acc = float((d**3).sum()) / den if den > 0 else 0.0
+    qs = []
+    for z in (_sps.norm.ppf(alpha), _sps.norm.ppf(1 - alpha)):
+        qs.append(float(_sps.norm.cdf(z0 + (z0 + z) / (1 - acc * (z0 + z)))))
+    lo, hi = np.quantile(stat, qs)
+    # a very discrete bootstrap distribution (few clusters) can push both BCa quantiles past the estimate;
+    # the interval then reaches the estimate rather than exclude it
+    return float(min(lo, est)), float(max(hi, est))
+
+
+def _cluster_bootstrap(sums: np.ndarray, sizes: np.ndarray, csource: list[Any], n_boot: int, seed: int,
+                       level: float) -> tuple[float, float]:
+    """BCa interval of the source-stratified mean of per-task values from cluster sums and sizes.
+
+    Within each source the clusters are drawn with replacement (the number of clusters fixed); a
+    resample's source mean is (sum of drawn sums) / (sum of drawn sizes); sources weigh the same.
+    """
+    srcs = list(dict.fromkeys(csource))
+    idx = {s: np.array([i for i, c in enumerate(csource) if c == s]) for s in srcs}
+    est = float(np.mean([sums[idx[s]].sum() / sizes[idx[s]].sum() for s in srcs]))
+    rng = np.random.default_rng(seed)
+    stat = np.zeros(n_boot)
+    for s in srcs:
+        ys, ms = sums[idx[s]], sizes[idx[s]]
+        g = ys.size
+        block = max(1, _BLOCK_CELLS // g)
+        for start in range(0, n_boot, block):
+            b = min(block, n_boot - start)
+            draws = rng.integers(0, g, size=(b, g))
+            stat[start:start + b] += ys[draws].sum(axis=1) / ms[draws].sum(axis=1) / len(srcs)
+    jack = []
+    for s in srcs:  # leave one cluster out (a source with one cluster cannot lose it)
+        ys, ms = sums[idx[s]], sizes[idx[s]]
+        if ys.size < 2:
+            continue
+        rest = est - (ys.sum() / ms.sum()) / len(srcs)
+        jack += list(rest + ((ys.sum() - ys) / (ms.sum() - ms)) / len(srcs))
+    return _bca_interval(stat, est, np.array(jack) if jack else np.zeros(1), level)
+
+
+def min_detectable_effect(se: float | None, m: int = 1, alpha: float = ALPHA, power: float = POWER) -> float | None:
+    """Smallest |Δ| detected with probability ``power`` by a two-sided test at level alpha / m.
+
+    alpha / m is the threshold Holm applies to the smallest p of a family of m comparisons, the one a
+    comparison must pass whatever the others show, so this is the effect the run can resolve after Holm.
+    ``se`` is the standard deviation of the statistic under the sign-flip null (from the observed
+    discordance: the root of the summed squared group contributions). None when se is 0 or unknown.
+    """
+    if se is None or not se > 0:
+        return None
+    z = _sps.norm.ppf(1 - alpha / (2 * max(1, m))) + _sps.norm.ppf(power)
+    return float(z * se)
+
+
 def paired_test(
     rows_a: Iterable[Mapping[str, Any]],
     rows_b: Iterable[Mapping[str, Any]],
     *,
     seed: int = 0,
     n_resamples: int = N_PERMUTATIONS,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    min_pairs: int = MIN_PAIRS,
 ) -> dict[str, Any]:
-    """Two-sided paired test of A vs B with the task as the unit (see ``paired_test_caption``).
+    """Two-sided paired comparison of A vs B on the tasks both scored (see ``paired_test_caption``).
 
-    Why the task: a task tested under several split seeds is one question; pairing (source, seed,
-    task) rows would count it once per seed (for methods that do not learn from guidance, the same
-    cached answer each time) and overstate the evidence. Each task's difference is the mean of A - B
-    over the seeds where both scored it; ``statistic`` = ``mean_diff`` = the mean over sources of the
-    mean per-task difference in that source (positive: A is better), the task-level counterpart of
-    the macro accuracy difference. Sources are strata: each task's sign flips on its own, so the null
-    never moves a task between sources, and the weights 1 / (sources x tasks of its source) stay fixed.
-    Tasks with a zero difference keep their weight but are left out of the flips (they change nothing).
+    Why the task and its group: a task tested under several split seeds is one question, and the tasks
+    of one group (the turns of a dialogue, the calls of an API) are correlated; pairing rows, or tasks
+    of one group independently, would overstate the evidence. Each task's difference is the mean of
+    A - B over the seeds where both scored it; ``mean_diff`` (Δ, the number reports show) = the mean
+    over sources of the mean per-task difference in that source (positive: A is better). Sources are
+    strata; within a source, the contributions weight x difference of a group's tasks are summed and
+    each group's sum flips sign as one, so copying a task as perfectly correlated group-mates changes
+    neither p nor the interval. ``ci_lo``/``ci_hi``: BCa cluster bootstrap of Δ (``_cluster_bootstrap``),
+    None when every difference is 0 (a zero-width interval is no result). ``null_se``: the standard
+    deviation of Δ under the sign-flip null, the basis of ``min_detectable_effect``.
 
-    Because a task's difference is a mean over its seeds, duplicating a seed whose answers repeat the
-    other seeds', or splitting a seed's tasks into two seeds, leaves every p-value unchanged.
-
-    ``test`` is ``mcnemar_exact`` where every paired task has exactly one binary pair and all sources
-    have equal numbers of paired tasks (then the sign-flip null is Binomial(discordant, 1/2), i.e. exact
-    McNemar, ``statistic`` = tasks where only A is right); otherwise ``paired_permutation`` with
-    ``exact`` saying whether p was enumerated or drawn (``n_draws``).
+    ``test`` is ``mcnemar_exact`` where every group is one task with one binary pair and all sources
+    have equal numbers of paired tasks (then the null is Binomial(discordant, 1/2), exact McNemar,
+    ``statistic`` = tasks where only A is right); otherwise ``paired_permutation`` with ``exact`` saying
+    whether p was enumerated or drawn (``n_draws``, with ``p_mc_se`` its Monte Carlo standard error).
+    With fewer than ``min_pairs`` paired tasks nothing is tested (``test`` None, ``reason`` says why); a
+    caller with its own rule for small n (the harmful-entry protocol's detectability) lowers it.
     """
-    tasks, a_scores, b_scores = _task_differences(rows_a, rows_b)
+    rows_a, rows_b = list(rows_a), list(rows_b)
+    cov = coverage_of(rows_a, rows_b)
+    tasks, a_scores, b_scores, diff, weights, cidx, csource = _clusters(rows_a, rows_b)
     n = len(tasks)
+    empty = {"test": None, "unit": "group", "n_pairs": n, "n_paired_rows": int(sum(a.size for a in a_scores)),
+             "n_groups": len(csource), "n_sources": len(set(csource)), "n_discordant": None, "statistic": None,
+             "p_value": None, "mean_diff": None, "exact": None, "n_draws": None, "p_mc_se": None,
+             "ci_lo": None, "ci_hi": None, "null_se": None, **cov}
     if n < 1:
-        return {"test": None, "unit": "task", "n_pairs": 0, "n_paired_rows": 0, "n_sources": 0,
-                "n_discordant": None, "statistic": None, "p_value": None, "mean_diff": None,
-                "exact": None, "n_draws": None}
-    diff = np.array([float(np.mean(a - b)) for a, b in zip(a_scores, b_scores)])
-    sources = [s for s, _ in tasks]
-    n_of = {s: sources.count(s) for s in dict.fromkeys(sources)}
-    weights = np.array([1.0 / (len(n_of) * n_of[s]) for s in sources])
+        return {**empty, "reason": "no paired task"}
     contrib = weights * diff  # the statistic is contrib.sum()
     mean_diff = float(contrib.sum())
-    base = {"unit": "task", "n_pairs": n, "n_paired_rows": int(sum(a.size for a in a_scores)),
-            "n_sources": len(n_of), "mean_diff": mean_diff}
+    gsum = np.bincount(cidx, weights=contrib, minlength=len(csource))
+    base = {**empty, "mean_diff": mean_diff, "null_se": float(np.sqrt((gsum**2).sum()))}
+    if n < min_pairs:
+        return {**base, "reason": f"fewer than {min_pairs} paired tasks"}
+    if np.all(diff == 0):
+        return {**base, "reason": "identical on every paired task"}
+    sizes = np.bincount(cidx, minlength=len(csource)).astype(float)
+    dsum = np.bincount(cidx, weights=diff, minlength=len(csource))
+    lo, hi = _cluster_bootstrap(dsum, sizes, csource, n_boot, seed, level)
+    base.update(ci_lo=lo, ci_hi=hi) if hi > lo else base.update(reason="zero-width interval")
+    sources = [s for s, _ in tasks]
+    n_of = {s: sources.count(s) for s in dict.fromkeys(sources)}
     one_pair = all(a.size == 1 for a in a_scores)
     binary = all(bool(np.isin(x, (0.0, 1.0)).all()) for x in (*a_scores, *b_scores))
-    if one_pair and binary and len(set(n_of.values())) == 1:
+    if len(csource) == n and one_pair and binary and len(set(n_of.values())) == 1:
         a_only = int(np.count_nonzero(diff > 0))
         b_only = int(np.count_nonzero(diff < 0))
         disc = a_only + b_only
-        p = 1.0 if disc == 0 else float(_sps.binomtest(a_only, disc, 0.5).pvalue)
-        return {"test": "mcnemar_exact", **base, "n_discordant": disc, "statistic": a_only, "p_value": p,
-                "exact": True, "n_draws": None, "n_a_only": a_only, "n_b_only": b_only}
-    nz = contrib[diff != 0]
+        p = float(_sps.binomtest(a_only, disc, 0.5).pvalue)
+        return {**base, "test": "mcnemar_exact", "n_discordant": disc, "statistic": a_only, "p_value": p,
+                "exact": True, "n_a_only": a_only, "n_b_only": b_only}
+    nz = gsum[gsum != 0]
     p, exact = (1.0, True) if nz.size == 0 else _sign_flip_p(nz, n_resamples, seed)
-    return {"test": "paired_permutation", **base, "n_discordant": None, "statistic": mean_diff, "p_value": p,
-            "exact": exact, "n_draws": None if exact else n_resamples}
+    mc = None if exact else float(np.sqrt(p * (1 - p) / n_resamples))
+    return {**base, "test": "paired_permutation", "statistic": mean_diff, "p_value": p, "exact": exact,
+            "n_draws": None if exact else n_resamples, "p_mc_se": mc}
+
+
+def format_p(p: float | None, mc_se: float | None = None) -> str:
+    """The one rule for printing p: three significant digits (0.0496 and 0.0504 stay apart), '<0.001'
+    below 0.001, and a sampled p's Monte Carlo standard error in parentheses."""
+    if p is None or (isinstance(p, float) and math.isnan(p)):
+        return "—"
+    text = "<0.001" if p < 0.001 else f"{p:#.3g}"
+    return text + (f" (±{mc_se:.1g})" if mc_se else "")
+
+
+def format_delta(d: float | None) -> str:
+    """The one rule for printing Δ in points: signed, one decimal, no negative zero."""
+    if d is None or (isinstance(d, float) and math.isnan(d)):
+        return "—"
+    r = round(float(d), 1)
+    return f"{0.0 if r == 0 else r:+.1f}"
+
+
+def stars(p: float | None, comparable: bool = True) -> str:
+    """Significance stars of a Holm-adjusted p; never for a degraded or incomplete comparison."""
+    if p is None or not comparable:
+        return ""
+    return "***" if p < 0.001 else "**" if p < 0.01 else "*" if p < 0.05 else ""
+
+
+def wilson_interval(p_hat: float, n_eff: float, level: float = 0.95) -> tuple[float, float]:
+    """Wilson score interval of a proportion ``p_hat`` at (effective) sample size ``n_eff``."""
+    z = float(_sps.norm.ppf(1 - (1 - level) / 2))
+    d = 1 + z * z / n_eff
+    centre = (p_hat + z * z / (2 * n_eff)) / d
+    half = z / d * math.sqrt(max(0.0, p_hat * (1 - p_hat)) / n_eff + z * z / (4 * n_eff * n_eff))
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def linearised_variance(rows: Iterable[Mapping[str, Any]]) -> tuple[float, int]:
+    """Taylor-linearised variance of ``macro_accuracy`` with groups as clusters within sources.
+
+    Each row's influence is (score - its (source, seed) mean) x its weight in the macro rule; a group's
+    influence is the sum over its rows (all seeds), and the variance is, per source, G / (G - 1) times
+    the sum of squared group influences (the standard stratified cluster estimator). Returns the variance
+    and the number of clusters.
+    """
+    rows = list(rows)
+    cells = _cells(rows)
+    groups = _task_groups(rows)
+    seeds = {k[1] for k in cells}
+    n_src = {sd: sum(1 for k in cells if k[1] == sd) for sd in seeds}
+    infl: dict[tuple[Any, ...], float] = {}
+    for (src, sd), tasks in cells.items():
+        mean = sum(tasks.values()) / len(tasks)
+        w = 1.0 / (len(seeds) * n_src[sd] * len(tasks))
+        for t, v in tasks.items():
+            key = (src, *groups[(src, t)])
+            infl[key] = infl.get(key, 0.0) + w * (v - mean)
+    var = 0.0
+    for src in {k[0] for k in infl}:
+        u = np.array([v for k, v in infl.items() if k[0] == src])
+        if u.size > 1:
+            var += u.size / (u.size - 1) * float(((u - u.mean()) ** 2).sum())
+    return var, len(infl)
+
+
+def accuracy_ci(rows: Iterable[Mapping[str, Any]], level: float = 0.95) -> tuple[float, float]:
+    """Design-effect Wilson interval of ``macro_accuracy`` (``CI_METHOD``); (nan, nan) for no rows.
+
+    The effective size is p(1 - p) / variance (``linearised_variance``); where the variance is 0 (every
+    score equal within each source) it is the number of clusters, so 5/5 gives [56.6, 100], never a
+    zero-width interval. Deterministic: no resampling, so the interval needs no seed.
+    """
+    rows = list(rows)
+    if not rows:
+        return (math.nan, math.nan)
+    p_hat = macro_accuracy(rows)
+    var, n_clusters = linearised_variance(rows)
+    binomial = p_hat * (1 - p_hat)
+    n_eff = binomial / var if var > 0 and binomial > 0 else float(n_clusters)
+    return wilson_interval(min(1.0, max(0.0, p_hat)), max(1.0, n_eff), level)
+
+
+def learning_sd(rows: Iterable[Mapping[str, Any]]) -> tuple[float | None, int]:
+    """The between-seed (learning) component: sd over split seeds of the macro accuracy on the tasks
+    that every seed tested, and their number.
+
+    The seeds' test sets overlap (a task is tested under several seeds), so the plain sd of per-seed
+    accuracies mixes test-subset variation with what learning from a different guidance split changes;
+    on the common tasks only the latter (with the answering noise) remains. None for fewer than two
+    seeds or no common task.
+    """
+    rows = list(rows)
+    cells = _cells(rows)
+    seeds = sorted({k[1] for k in cells}, key=sort_key)
+    if len(seeds) < 2:
+        return None, 0
+    common = set.intersection(*({(r["source"], r["task_id"]) for r in rows if r["seed"] == sd} for sd in seeds))
+    if not common:
+        return None, 0
+    acc = per_seed_accuracy([r for r in rows if (r["source"], r["task_id"]) in common])
+    return float(np.std(list(acc.values()), ddof=1)), len(common)
 
 
 def holm(pvalues: Mapping[str, float | None]) -> dict[str, float | None]:

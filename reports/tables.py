@@ -35,8 +35,8 @@ from .grid import (
 )
 from .plan import STAGE_METHODS, cycles_variant, gold_removed, k_variant, matched
 from .provenance_marks import notes_for_rows
-from .results import Results
-from .stats import AGGREGATION_RULE, CI_METHOD, holm_caption, paired_test_caption
+from .results import INCOMPLETE, Results
+from .stats import AGGREGATION_RULE, CI_METHOD, DELTA_METHOD, holm_caption, paired_test_caption
 
 STAGE_LABELS = {"M0": "M0", "MS": "MS", "MT": "MT", "MT_wo_self": "MT w/o self-directed",
                 "M_local": "M_local", "MS+Pi1": "MS + Π1"}
@@ -54,7 +54,8 @@ def _agg(cfg: ExperimentConfig) -> str:
 
 def _ci(cfg: ExperimentConfig) -> str:
     s = cfg.statistics
-    return f"95% intervals (CSV, HTML): {CI_METHOD} ({s.bootstrap_resamples} resamples, seed {s.seed})."
+    return (f"95% intervals of the accuracy (CSV, HTML): {CI_METHOD}. Intervals of Δ: {DELTA_METHOD} "
+            f"({s.bootstrap_resamples} resamples, seed {s.seed}).")
 
 
 def _tests(cfg: ExperimentConfig, baseline: str) -> str:
@@ -67,9 +68,12 @@ def _holm(table: ReportTable, family: str) -> None:
     table.caption.append(holm_caption(family, [x.get("holm_m", 0) for x in table.stats]))
 
 
-DELTA = "Subscripts: change in points relative to {base}, computed from the displayed values."
-MARKS = ("Bold: best, underlined: second best {scope}, by displayed value (ties share a mark; nothing is "
-         "marked with fewer than two values).")
+DELTA = ("Subscripts: Δ relative to {base}, the tested statistic: the mean over sources of the mean per-task "
+         "difference on the tasks both cells scored (seeds averaged within a task), in points, one decimal; its "
+         "95% cluster-bootstrap interval is in the paired-comparisons table and the CSV.")
+MARKS = ("Bold: best, underlined: second best {scope}, by displayed value among healthy, complete cells (ties "
+         "share a mark; nothing is marked with fewer than two values; a DEGRADED or INCOMPLETE cell is never "
+         "marked).")
 
 
 def _stat_args(cfg: ExperimentConfig) -> tuple[int, int]:
@@ -83,12 +87,15 @@ def _acc(res: Results, backend: str, bench: str, alias: str, sources: list[str] 
         cell.degraded = res.degraded(backend, bench, alias)
         data = res.data(backend, bench)
         cell.substitute = notes_for_rows(data.run if data else None, cell.rows)
+        st = res.cell_status(backend, bench, alias)
+        if st.get("status") == INCOMPLETE:
+            cell.incomplete = f"{backend} / {bench} / {alias}: {st.get('reason') or 'incomplete'}"
     return cell
 
 
 def _compare(res: Results, items: list[tuple[dict[str, Any], Cell, Cell]]) -> list[dict[str, Any]]:
     s = res.cfg.statistics
-    return compare(items, s.seed, s.permutation_resamples)
+    return compare(items, s.seed, s.permutation_resamples, s.bootstrap_resamples)
 
 
 def not_run_notes(table: ReportTable) -> list[str]:

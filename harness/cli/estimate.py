@@ -14,12 +14,14 @@ from typing import Any
 
 from ..errors import ConfigError, DataError
 from ..estimate import (
+    DEFAULT_DISCORDANCE,
     CellUnits,
     Estimate,
     cost,
     estimate_cells,
     load_rates,
     measure,
+    planned_mde,
     totals,
     within,
 )
@@ -46,6 +48,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    "(reasoning tokens are billed as output)")
     e.add_argument("--compare", type=Path, metavar="RUN_DIR", help="a finished run with the same arguments: "
                    "print its measured calls and tokens next to the estimate")
+    e.add_argument("--discordance", type=float, default=DEFAULT_DISCORDANCE, metavar="SHARE",
+                   help="expected share of test tasks on which two compared methods disagree, for the smallest "
+                   f"detectable effect (default {DEFAULT_DISCORDANCE})")
     e.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     return e
 
@@ -74,7 +79,8 @@ def _cells(benchmark: str, methods: list[tuple[str, str]], sources: list[str] | 
             tests = limit_tasks(bench.select_test([by_id[i] for i in split.test_ids]), limit, split.seed)
             for alias, name in methods:
                 cells.append(CellUnits(alias, sid, split.seed, len(source.elements), size, len(guidance), len(tests),
-                                       bool(get_method_class(name).uses_guidance), source.kind))
+                                       bool(get_method_class(name).uses_guidance), source.kind,
+                                       tuple(str(t.id) for t in tests)))
     return cells, notes
 
 
@@ -120,8 +126,10 @@ def run(a: argparse.Namespace) -> int:
         # rates are per registered method: a variant (alias) is estimated with its method's rate
         est, missing = estimate_cells(cells, rates, method_of)
         all_est += est
+        n_methods = len({c.method for c in cells})
         report["groups"].append({"folder": label, "cells": len(cells), "estimates": [vars(x) for x in est],
-                                 "no_rate": sorted(set(missing)), "totals": totals(est)})
+                                 "no_rate": sorted(set(missing)), "totals": totals(est),
+                                 "mde": planned_mde(cells, n_methods - 1, a.discordance)})
     t = totals(all_est)
     report["totals"] = t
     report["price_usd"] = cost(t["input_tokens"], t["output_tokens"] + t["reasoning_tokens"], a.price_input,
@@ -189,6 +197,13 @@ def _print(report: dict[str, Any], a: argparse.Namespace) -> None:
         for (m, ph), v in sorted(agg.items()):
             t.add_row(m, ph, *(_n(x) for x in v), basis[(m, ph)])
         console.print(t)
+        mde = g.get("mde") or {}
+        if mde.get("mde_pp") is not None:
+            console.print(f"smallest detectable Δ: {mde['mde_pp']:.1f} accuracy points (80% power, two-sided 0.05 "
+                          f"Holm-corrected over {mde['comparisons']} comparison(s) with the baseline, "
+                          f"{mde['tasks']} distinct test tasks in {mde['sources']} source(s), "
+                          f"{100 * mde['discordance']:.0f}% discordant tasks assumed, tasks independent: larger "
+                          "where the benchmark groups them); a smaller true difference will likely not be resolved")
         if g["no_rate"]:
             console.print(f"[yellow]no measured rate for {', '.join(g['no_rate'])}: not estimated "
                           f"(pass --calibration RUN_DIR with a run of it)[/]")

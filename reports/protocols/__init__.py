@@ -79,7 +79,8 @@ def compute(name: str, run_dir: Path, *, methods: list[str] | None = None, basel
         from . import breakeven, keyoverlap
 
         data = load_run(run_dir)
-        result = (keyoverlap.compute(data, baseline=baseline, data_dir=data_dir) if name == "key-overlap"
+        result = (keyoverlap.compute(data, baseline=baseline, data_dir=data_dir, seed=int(settings.get("seed", 0)))
+                  if name == "key-overlap"
                   else breakeven.compute(data, baseline=baseline))
     elif name in NEEDS_MODEL:
         result = _merge(_with_model(name, run_dir, methods, data_dir, settings, progress or (lambda msg: None)),

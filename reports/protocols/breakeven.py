@@ -33,6 +33,7 @@ import math
 from typing import Any
 
 from ..rundata import RunData, benchmarks, methods_of
+from ..stats import paired_delta
 
 DEFINITION = (
     "break-even tasks = (method's build cost per artifact - reference's) / (reference's answer cost per task - "
@@ -117,13 +118,18 @@ def method_costs(data: RunData, benchmark: str, method: str, skip: tuple[str, ..
     }
 
 
-def break_even(extra_build: float, saving: float | None) -> float | str | None:
+NEGLIGIBLE = 1e-6  # a per-task saving below this share of the reference's per-task cost is round-off
+
+
+def break_even(extra_build: float, saving: float | None, per_task: float = 0.0) -> float | str | None:
     """Tasks until the method has cost no more than the reference in total.
 
     ``never`` when each task costs more than the reference's, or the same with a build to repay;
-    0 when nothing extra was built and a task costs no more.
+    0 when nothing extra was built and a task costs no more; None ("—") when the saving is of
+    round-off size (below ``NEGLIGIBLE`` of the reference's per-task cost ``per_task``), where the
+    quotient would be a meaningless astronomic number.
     """
-    if saving is None:
+    if saving is None or 0 < abs(saving) < NEGLIGIBLE * max(1.0, per_task):
         return None
     if saving < 0 or (saving == 0 and extra_build > 0):
         return NEVER
@@ -167,7 +173,13 @@ def compare(data: RunData, benchmark: str, method: str, reference: str, kind: st
         saving = ref[f"answer_{unit}_per_task"] - c[f"answer_{unit}_per_task"]
         row[f"extra_build_{unit}"] = extra
         row[f"saving_{unit}_per_task"] = saving
-        row[f"break_even_{unit}"] = break_even(extra, saving)
+        row[f"break_even_{unit}"] = break_even(extra, saving, ref[f"answer_{unit}_per_task"] or 0.0)
+    m_rows = [r for r in data.results if r["benchmark"] == benchmark and r["method"] == method and _cell(r) in clean]
+    r_rows = [r for r in data.results if r["benchmark"] == benchmark and r["method"] == reference
+              and _cell(r) in clean]
+    d = paired_delta(m_rows, r_rows)
+    row["accuracy_delta_pp"] = None if d["mean_diff"] is None else 100.0 * d["mean_diff"]
+    row["accuracy_pairs"] = d["n_pairs"]
     return row
 
 

@@ -45,7 +45,7 @@ def add_settings(p: argparse.ArgumentParser) -> None:
     g.add_argument("--block-size", type=int, help="prequential: tasks per block (overrides --blocks)")
     g.add_argument("--max-entries", type=int, help="harmful: evaluated entries per artifact, seeded sample "
                    "(default 30; 0 = all)")
-    g.add_argument("--repeats", type=int, help="harmful: paired evaluation repeats with model seeds (default 1)")
+    g.add_argument("--repeats", type=int, help="harmful: paired evaluation repeats with model seeds (default 3)")
     g.add_argument("--protocol-seed", type=int, help="seed of the stream order and entry sample (default 0)")
 
 
@@ -80,7 +80,8 @@ def run(a: argparse.Namespace) -> int:
     from ..layout import Table, md_table
 
     data = load_run(a.run_dir)
-    for title, tables in protocol_sections(data, names, baseline=a.baseline, data_dir=a.data_dir):
+    for title, tables in protocol_sections(data, names, baseline=a.baseline, data_dir=a.data_dir,
+                                           seed=a.protocol_seed or 0):
         print(f"## {title}\n")
         for t in tables:
             print(md_table(t) if isinstance(t, Table) else f"({t.title}: {t.filename} in the report, "

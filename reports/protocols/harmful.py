@@ -81,7 +81,7 @@ class HarmfulSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_entries: int = 30  # evaluated entries per artifact (seeded sample of the detectable); 0: all
-    repeats: int = 1  # paired evaluation repeats (model seeds)
+    repeats: int = 3  # paired evaluation repeats (model seeds); one repeat cannot tell an entry from noise
     alpha: float = 0.05
     seed: int = 0  # sampling seed of max_entries
     concurrency: int = 8
@@ -139,7 +139,7 @@ def judge_entry(with_scores: list[float], without_scores: list[float], alpha: fl
         raise ValueError("judge_entry: pairs, with_scores and without_scores differ in length")
     rows_with = [{"source": "", "seed": r, "task_id": t, "score": s} for (t, r), s in zip(pairs, with_scores)]
     rows_without = [{"source": "", "seed": r, "task_id": t, "score": s} for (t, r), s in zip(pairs, without_scores)]
-    t = paired_test(rows_without, rows_with)
+    t = paired_test(rows_without, rows_with, min_pairs=1)  # small n: the protocol's detectability rule
     per_task: dict[str, list[float]] = {}
     for (task, _), w, wo in zip(pairs, with_scores, without_scores):
         per_task.setdefault(task, []).append(wo - w)

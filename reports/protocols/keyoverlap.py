@@ -34,7 +34,7 @@ from sourcebench.harness.runner import limit_tasks
 from sourcebench.harness.splits import load_manifest
 
 from ..rundata import RunData, benchmarks, methods_of
-from ..stats import bootstrap_ci, macro_accuracy, paired_test
+from ..stats import accuracy_ci, macro_accuracy, paired_test
 from .session import _data_dir_of
 
 GROUPS = ("all", "some", "none")
@@ -154,7 +154,7 @@ def benchmark_groups(data: RunData, benchmark: str, data_dir: Path | None) -> di
     return out
 
 
-def _cell(rows: list[dict[str, Any]], base: dict[tuple, dict[str, Any]], is_baseline: bool) -> dict[str, Any]:
+def _cell(rows: list[dict[str, Any]], base: dict[tuple, dict[str, Any]] | None, seed: int = 0) -> dict[str, Any]:
     acts = [a for a in (row_actions(r) for r in rows) if a is not None]
     n_tasks = len({(r["source"], r["task_id"]) for r in rows})
     cell: dict[str, Any] = {"n": len(rows), "n_tasks": n_tasks, "accuracy": macro_accuracy(rows),
@@ -162,11 +162,14 @@ def _cell(rows: list[dict[str, Any]], base: dict[tuple, dict[str, Any]], is_base
                             "too_small": n_tasks < MIN_GROUP_TASKS}
     if cell["too_small"]:
         return cell
-    cell["ci_lo"], cell["ci_hi"] = bootstrap_ci(rows, n_boot=N_BOOT, seed=0)
-    paired = [base[k] for k in (_key(r) for r in rows) if k in base]
-    if not is_baseline and paired:
-        t = paired_test(rows, paired)
-        cell.update(delta_pp=100.0 * float(t["mean_diff"] or 0.0), p_value=t["p_value"], n_pairs=t["n_pairs"])
+    cell["ci_lo"], cell["ci_hi"] = accuracy_ci(rows)
+    paired = [base[k] for k in (_key(r) for r in rows) if k in base] if base is not None else []
+    if paired:
+        t = paired_test(rows, paired, seed=seed, n_boot=N_BOOT)
+        cell.update(delta_pp=None if t["mean_diff"] is None else 100.0 * t["mean_diff"], p_value=t["p_value"],
+                    p_mc_se=t["p_mc_se"], n_pairs=t["n_pairs"], n_groups=t["n_groups"],
+                    delta_lo=None if t["ci_lo"] is None else 100.0 * t["ci_lo"],
+                    delta_hi=None if t["ci_hi"] is None else 100.0 * t["ci_hi"], untested=t.get("reason"))
     return cell
 
 
@@ -174,13 +177,19 @@ def _key(r: dict[str, Any]) -> tuple:
     return (r["source"], int(r["seed"]), r["task_id"])
 
 
-def compute(data: RunData, baseline: str = "hybrid_rag", data_dir: Path | None = None) -> dict[str, Any]:
-    """Per benchmark: group sizes, and per method and group: n, accuracy [CI], Δ vs baseline, p, actions.
+def compute(data: RunData, baseline: str = "hybrid_rag", data_dir: Path | None = None,
+            seed: int = 0) -> dict[str, Any]:
+    """Per benchmark: group sizes, and per method and group: n, accuracy [CI], Δ vs its reference, p, actions.
 
-    Δ is the paired mean difference against the baseline on the same (source, seed, task) items of
-    the group, with the leaderboard's task-level paired test, unadjusted; groups with fewer than
-    ``MIN_GROUP_TASKS`` distinct tasks get neither interval nor Δ nor p.
+    The reference is the method's own zero-learning variant (``Method.zero_learning_variant``) when the
+    run has it, as in seed 002's gradient and the break-even protocol; else the baseline (said). Δ is the
+    paired statistic on the same (source, seed, task) items of the group, with the leaderboard's paired
+    test (each task once, seeds averaged, groups as clusters; seeded by ``seed``), unadjusted, with the
+    number of paired tasks; groups with fewer than ``MIN_GROUP_TASKS`` distinct tasks get neither interval
+    nor Δ nor p.
     """
+    from .breakeven import zero_learning_variant
+
     out: dict[str, Any] = {"protocol": "key-overlap", "definition": KEYS_DEFINITION, "baseline": baseline,
                            "min_group_tasks": MIN_GROUP_TASKS, "benchmarks": []}
     for bench in benchmarks(data):
@@ -195,16 +204,21 @@ def compute(data: RunData, baseline: str = "hybrid_rag", data_dir: Path | None =
                                       f"{bench} questions name no keys (its adapter's task_keys gives none)"})
             continue
         rows = [r for r in data.results if r["benchmark"] == bench]
-        base = {_key(r): r for r in rows if r["method"] == baseline}
+        ran = {r["method"] for r in rows}
         methods = []
         for m in methods_of(data, bench):
+            variant = zero_learning_variant(m)
+            ref = variant if variant in ran and variant != m else baseline if m != baseline else None
+            base = {_key(r): r for r in rows if r["method"] == ref} if ref else None
             by_group: dict[str, list[dict[str, Any]]] = defaultdict(list)
             for r in rows:
                 if r["method"] == m:
                     by_group[groups.get(_key(r), NO_KEYS)].append(r)
             if by_group:
-                methods.append({"method": m, "groups": {g: _cell(by_group[g], base, m == baseline)
-                                                        for g in (*GROUPS, NO_KEYS) if by_group.get(g)}})
+                methods.append({"method": m, "reference": ref,
+                                "reference_kind": "zero-learning variant" if ref == variant else "baseline",
+                                "groups": {g: _cell(by_group[g], base, seed)
+                                           for g in (*GROUPS, NO_KEYS) if by_group.get(g)}})
         sizes = Counter((k[0], k[2], g) for k, g in groups.items())  # distinct tasks, not task x seed
         tasks_by_group = dict(Counter(g for _, _, g in sizes))
         out["benchmarks"].append({**entry, "status": "ok", "methods": methods,

@@ -8,6 +8,7 @@ file is missing rather than showing nothing.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +16,8 @@ from sourcebench.harness.errors import SourceBenchError
 from sourcebench.harness.io import read_json
 
 from ..layout import NA, Figure, Table, fmt_p, pct, safe
-from ..rundata import RunData
+from ..rundata import RunData, missing_rows
+from ..stats import format_delta, wilson_interval
 from . import breakeven, keyoverlap
 from .keyoverlap import GROUPS, NO_KEYS
 
@@ -59,22 +61,34 @@ def key_overlap_tables(result: dict[str, Any]) -> list[Table]:
                     continue
                 n = f"{c.get('n_tasks', NA)} ({c['n']})"
                 if c.get("too_small"):
-                    rows.append([safe(m["method"]), g, n, f"{pct(c['accuracy'])} (too small)", "too small",
-                                 "too small", _num(c.get("actions"))])
+                    rows.append([safe(m["method"]), g, n, f"{pct(c['accuracy'])} (too small)", NA, "too small",
+                                 NA, "too small", _num(c.get("actions"))])
                     continue
                 acc = pct(c["accuracy"]) + (f" [{pct(c['ci_lo'])}, {pct(c['ci_hi'])}]" if "ci_lo" in c else "")
-                delta = f"{c['delta_pp']:+.1f}" if c.get("delta_pp") is not None else NA
-                rows.append([safe(m["method"]), g, n, acc, delta, fmt_p(c.get("p_value")), _num(c.get("actions"))])
+                delta = format_delta(c.get("delta_pp"))
+                if c.get("delta_lo") is not None:
+                    delta += f" [{format_delta(c['delta_lo'])}, {format_delta(c['delta_hi'])}]"
+                elif c.get("untested") and c.get("delta_pp") is not None:
+                    delta = f"{NA} ({c['untested']})"
+                ref = safe(m.get("reference") or NA) + (" (baseline)" if m.get("reference_kind") == "baseline"
+                                                        and m.get("reference") else "")
+                pairs = f"{c['n_pairs']} ({c.get('n_groups', c['n_pairs'])} groups)" if c.get("n_pairs") else NA
+                rows.append([safe(m["method"]), g, n, acc, ref, delta, pairs,
+                             fmt_p(c.get("p_value"), mc_se=c.get("p_mc_se")), _num(c.get("actions"))])
         sizes = ", ".join(f"{g}: {b['tasks_by_group'].get(g, 0)}" for g in (*GROUPS, NO_KEYS)
                           if b["tasks_by_group"].get(g) or g in GROUPS)
         lead = " ".join(x for x in (f"Test tasks per group ({sizes}).", safe(b.get("note", ""))) if x)
-        note = (f"{lead} {result['definition']}. Accuracy with its 95% bootstrap interval (task as unit); Δ: paired "
-                f"mean difference vs {safe(result['baseline'])} on the group's items (task-level paired test, "
-                f"unadjusted p); a group with fewer than {low} distinct tasks is too small to compare (no interval, "
-                "Δ or p); n: distinct tasks (task x seed rows); actions: mean per task where the method reports "
-                "them (agent methods).")
-        tables.append(Table(title, ["method", "group", "n tasks (rows)", "accuracy % [95% CI]",
-                                    "Δ vs baseline (pp)", "p", "actions"], rows, note))
+        note = (f"{lead} {result['definition']}. Accuracy with its 95% interval (groups as clusters); Δ: the "
+                "paired statistic vs the reference on the group's items, each task once (seeds averaged), with its "
+                "95% cluster-bootstrap interval and the number of paired tasks (groups); reference: the method's "
+                f"own zero-learning variant when the run has it, else {safe(result['baseline'])} (baseline); p: "
+                "the leaderboard's paired test, uncorrected; a group with fewer than "
+                f"{low} distinct tasks is too small to compare (no interval, Δ or p); n: distinct tasks (task x "
+                "seed rows; a task can fall in different groups under different seeds); actions: mean per task "
+                "where the method reports them (agent methods).")
+        tables.append(Table(title, ["method", "group", "n tasks (rows)", "accuracy % [95% CI]", "reference",
+                                    "Δ vs reference (pp) [95% CI]", "paired tasks (groups)", "p (uncorrected)",
+                                    "actions"], rows, note))
     return tables
 
 
@@ -95,7 +109,7 @@ def break_even_tables(result: dict[str, Any]) -> list[Table]:
                 ref += f" (baseline; {safe(m['missing_variant'])})" if m.get("missing_variant") else " (baseline)"
             if m["status"] != "ok":
                 rows.append([safe(m["method"]), ref if m.get("reference") else NA,
-                             safe(m.get("reason") or m["status"])] + [NA] * 11)
+                             safe(m.get("reason") or m["status"])] + [NA] * 12)
                 continue
             r = m["reference_costs"]
             rows.append([
@@ -108,6 +122,8 @@ def break_even_tables(result: dict[str, Any]) -> list[Table]:
                 _num(m["saving_calls_per_task"], "{:+,.2f}"), _num(m["saving_tokens_per_task"], "{:+,.0f}"),
                 f"{m['cells_compared']} of {m['cells']}",
                 breakeven.fmt_tasks(m["break_even_calls"]) + " / " + breakeven.fmt_tasks(m["break_even_tokens"]),
+                format_delta(m.get("accuracy_delta_pp")) + (f" ({m['accuracy_pairs']} tasks)"
+                                                            if m.get("accuracy_pairs") else ""),
             ])
         note = (f"{breakeven.DEFINITION}. Reference: the method's declared zero-learning variant, else "
                 f"{safe(result['baseline'])} ({breakeven.BASELINE_NOTE}). Build columns are the method's own "
@@ -118,7 +134,11 @@ def break_even_tables(result: dict[str, Any]) -> list[Table]:
                                     "of which judge calls", "build tokens / artifact", "of which reasoning",
                                     "answer calls / task (method / ref.)", "answer tokens / task (method / ref.)",
                                     "of which reasoning", "saving calls / task", "saving tokens / task",
-                                    "cells compared", "break-even tasks (calls / tokens)"], rows, note))
+                                    "cells compared", "break-even tasks (calls / tokens)",
+                                    "Δ accuracy vs ref. (pp)"], rows,
+                            note + " Break-even: — where the per-task saving is of round-off size (below a "
+                            "millionth of the reference's per-task cost). Δ accuracy: the paired statistic (method "
+                            "minus reference) on the compared cells' tasks, so a saving bought with accuracy shows."))
     return tables
 
 
@@ -181,13 +201,17 @@ def harmful_tables(result: dict[str, Any]) -> list[Table]:
     rows, flagged = [], []
     for m in result["methods"]:
         if m["status"] in ("no entries", "not learned"):
-            rows.append([safe(m["method"]), m["status"]] + [NA] * 8)
+            rows.append([safe(m["method"]), m["status"]] + [NA] * 9)
             continue
         n_art = sum(1 for a in m["artifacts"] if a.get("status") == "ok")
         rate = pct(m["rate"]) if m.get("rate") is not None else f"{NA} ({safe(m['status'])})"
+        pooled = NA
+        if m.get("n_evaluated"):
+            lo, hi = wilson_interval(m["n_harmful"] / m["n_evaluated"], m["n_evaluated"])
+            pooled = f"{pct(m['n_harmful'] / m['n_evaluated'])} [{pct(lo)}, {pct(hi)}]"
         rows.append([safe(m["method"]), safe(m.get("entry_kind")), str(n_art), str(m["n_entries"]),
                      str(m["n_exposed"]), str(m.get("n_undetectable", NA)), str(m.get("n_detectable", NA)),
-                     str(m["n_evaluated"]), str(m["n_harmful"]), rate])
+                     str(m["n_evaluated"]), str(m["n_harmful"]), rate, pooled])
         for a in m["artifacts"]:
             for e in a.get("entries", []):
                 if e["harmful"]:
@@ -201,14 +225,20 @@ def harmful_tables(result: dict[str, Any]) -> list[Table]:
               "rate's denominator. " if need else "")
     tables = [Table("Harmful entries (leave-one-out)", ["method", "entry", "artifacts", "entries", "exposed",
                                                         "undetectable", "detectable", "evaluated", "harmful",
-                                                        "harmful rate % (of evaluated detectable)"], rows,
-                    f"{result['criterion']} (alpha {s.get('alpha')}, {s.get('repeats')} repeat(s) per task, at most "
+                                                        "harmful rate % (of evaluated detectable)",
+                                                        "pooled harmful / evaluated % [95% Wilson]"], rows,
+                    f"{result['criterion']} (alpha {s.get('alpha')}, each entry's p uncorrected for the number of "
+                    f"entries tested, {s.get('repeats')} repeat(s) per task, at most "
                     f"{s.get('max_entries') or 'all'} evaluated entries per artifact, seeded). Exposed: shown in "
                     f"the prompt of at least one test task. {detect}Entries: "
-                    f"{result.get('entries', 'the method’s own units, not re-split into atomic claims')}.")]
+                    f"{result.get('entries', 'the method’s own units, not re-split into atomic claims')}. Harmful rate: mean "
+                    "over artifacts of each artifact's rate; pooled: harmful over evaluated entries of all artifacts "
+                    "with its Wilson 95% interval (entries taken as independent).")]
     if flagged:
         tables.append(Table("Harmful entries flagged", ["method", "source", "seed", "entry", "tasks",
-                                                        "with %", "without %", "p"], flagged))
+                                                        "with %", "without %", "p (uncorrected)"], flagged,
+                            "p: the entry's own paired test, not corrected for the many entries tested: some "
+                            "flags are expected by chance (about alpha x evaluated entries)."))
     return tables
 
 
@@ -228,10 +258,11 @@ def _missing(name: str, run_dir: Path) -> list[Table]:
                   f"This protocol needs model calls: run `sourcebench protocol {name} {safe(run_dir)}` first.")]
 
 
-def tables_for(name: str, data: RunData, baseline: str, data_dir: Path | None) -> list[Table | Figure]:
+def tables_for(name: str, data: RunData, baseline: str, data_dir: Path | None, seed: int = 0
+               ) -> list[Table | Figure]:
     if name == "key-overlap":
         try:
-            return key_overlap_tables(keyoverlap.compute(data, baseline=baseline, data_dir=data_dir))
+            return key_overlap_tables(keyoverlap.compute(data, baseline=baseline, data_dir=data_dir, seed=seed))
         except SourceBenchError as e:
             return [_unavailable(TITLES[name], {"reason": str(e)})]
     if name == "break-even":
@@ -242,7 +273,49 @@ def tables_for(name: str, data: RunData, baseline: str, data_dir: Path | None) -
     return prequential_tables(result) if name == "prequential" else harmful_tables(result)
 
 
+_STARS = re.compile(r"\s\*{1,3}$")
+
+
+def unhealthy_methods(data: RunData) -> dict[str, str]:
+    """method -> 'DEGRADED' or 'INCOMPLETE' for the methods whose cells no protocol may present as a result."""
+    from sourcebench.harness.health import run_health
+
+    out: dict[str, str] = {}
+    for c in run_health(data.run_dir, data.results, data.failures, run=data.run, usage=data.usage):
+        if c.degraded:
+            out[c.method] = "DEGRADED"
+    for bench in {r["benchmark"] for r in data.results}:
+        for m in {r["method"] for r in data.results if r["benchmark"] == bench}:
+            if m not in out and missing_rows(data.results, bench, m)[0]:
+                out[m] = "INCOMPLETE"
+    return out
+
+
+def mark_health(tables: list[Table | Figure], bad: dict[str, str]) -> list[Table | Figure]:
+    """The health mark travels into protocol tables: a row whose method (first column) is degraded or
+    incomplete is labelled so, and its p loses its stars."""
+    for t in tables:
+        if not isinstance(t, Table) or not bad:
+            continue
+        hit = set()
+        for row in t.rows:
+            name = row[0] if row else ""
+            mark = bad.get(name)
+            if mark:
+                row[0] = f"{name} ({mark})"
+                row[1:] = [_STARS.sub("", c) for c in row[1:]]
+                hit.add(f"{name}: {mark}")
+        if hit:
+            t.note = (t.note + " " if t.note else "") + (
+                "Not comparable with healthy cells (DEGRADED: lost more than the allowed share of its work; "
+                "INCOMPLETE: fewer result rows than the folder's other methods), no stars: " + "; ".join(sorted(hit))
+                + ".")
+    return tables
+
+
 def protocol_sections(data: RunData, names: list[str], baseline: str = "hybrid_rag",
-                      data_dir: Path | None = None) -> list[tuple[str, list[Table | Figure]]]:
-    """(section title, tables) for each requested protocol, in the order given."""
-    return [(TITLES[n], tables_for(n, data, baseline, data_dir)) for n in names]
+                      data_dir: Path | None = None, seed: int = 0) -> list[tuple[str, list[Table | Figure]]]:
+    """(section title, tables) for each requested protocol, in the order given, with health marks; ``seed``
+    seeds the recomputed protocols' resampling (the report's --seed)."""
+    bad = unhealthy_methods(data)
+    return [(TITLES[n], mark_health(tables_for(n, data, baseline, data_dir, seed), bad)) for n in names]

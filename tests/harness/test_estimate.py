@@ -90,3 +90,34 @@ def test_estimate_prints_a_plan_for_the_paper_table_1_config(capsys):
     assert main(["estimate", "--config", "configs/table1.yaml"]) == 0
     printed = capsys.readouterr().out
     assert "cell(s)" in printed and "total:" in printed
+
+
+def test_planned_mde_hand_computed():
+    from statistics import NormalDist
+
+    from sourcebench.harness.estimate import CellUnits, planned_mde
+
+    def cell(source, seed, ids):
+        return CellUnits("m", source, seed, 10, 50.0, 3, len(ids), False, "documents", tuple(ids))
+
+    # two sources of 100 distinct test tasks each (seeds overlap: the union counts), 3 comparisons
+    cells = [cell("a", 0, [f"t{i}" for i in range(80)]), cell("a", 1, [f"t{i}" for i in range(20, 100)]),
+             cell("b", 0, [f"u{i}" for i in range(100)])]
+    got = planned_mde(cells, comparisons=3, discordance=0.3)
+    z = NormalDist().inv_cdf(1 - 0.05 / 6) + NormalDist().inv_cdf(0.8)
+    sd = (2 * 0.3 / (4 * 100)) ** 0.5
+    assert got["tasks"] == 200 and got["sources"] == 2 and got["mde_pp"] == pytest.approx(100 * z * sd)
+    # four times the tasks halve it
+    more = [cell(s, 0, [f"{s}{i}" for i in range(400)]) for s in ("a", "b")]
+    assert planned_mde(more, 3)["mde_pp"] == pytest.approx(got["mde_pp"] / 2)
+
+
+def test_estimate_prints_the_smallest_detectable_effect(capsys):
+    assert main(["estimate", "--benchmark", "phantomwiki", "--methods", "hybrid_rag,no_source", "--limit", "4",
+                 "--seeds", "0", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    mde = report["groups"][0]["mde"]
+    assert mde["comparisons"] == 1 and mde["tasks"] > 0 and mde["mde_pp"] > 0
+    assert main(["estimate", "--benchmark", "phantomwiki", "--methods", "hybrid_rag,no_source", "--limit", "4",
+                 "--seeds", "0"]) == 0
+    assert "smallest detectable Δ" in " ".join(capsys.readouterr().out.split())

@@ -62,3 +62,30 @@ def test_manifest_roundtrip_and_conflict(tmp_path):
     other = grouped_split("b", "s", tasks[:-3], seed=0)
     with pytest.raises(DataError, match="differs"):
         write_manifest(tmp_path, other)
+
+
+def _t(i, group=""):
+    return Task(id=i, source_id="s", question="q", reference="r", group=group)
+
+
+def test_a_single_group_source_is_a_clear_error():
+    with pytest.raises(DataError, match="one group"):
+        grouped_split("b", "s", [_t(f"t{i}", "only") for i in range(5)], 0)
+
+
+def test_the_realised_guidance_share_is_recorded_and_a_far_miss_warned(tmp_path):
+    import json
+
+    from sourcebench.harness.splits import guidance_share, share_warning
+
+    # groups of 8 and 2: the only splits are 8/2 or 2/8, i.e. 80 % or 20 % guidance against a 30 % target
+    tasks = [_t(f"a{i}", "big") for i in range(8)] + [_t(f"b{i}", "small") for i in range(2)]
+    splits = [grouped_split("b", "s", tasks, s) for s in range(6)]
+    assert {guidance_share(x) for x in splits} == {0.2, 0.8}
+    far = next(x for x in splits if guidance_share(x) == 0.8)
+    assert "guidance share 80 % (target 30 %)" in share_warning(far)
+    ok = grouped_split("b", "s", [_t(f"t{i}") for i in range(10)], 0)
+    assert share_warning(ok) is None and guidance_share(ok) == 0.3
+    path = write_manifest(tmp_path, ok)
+    assert json.loads(path.read_text())["guidance_share"] == 0.3
+    assert load_manifest(path) == ok

@@ -186,7 +186,11 @@ def test_write_report_end_to_end(tmp_path):
     assert main[0].startswith("| hybrid_rag (baseline) | 66.7 [")
     # one of the two answers of no_source's (s2, seed 0) cell failed: more than 10 %, so the cell is degraded
     ns = next(ln for ln in main if ln.startswith("| no_source | DEGRADED (29.2 ["))
-    assert "| -37.5 | 0.250 | 5 | 1/10 | 29.2 ± 17.7 | 1 |" in ns
+    # Δ on the paired tasks with its cluster-bootstrap interval, pairs of tasks (groups), the MDE after Holm,
+    # and the failed share next to the accuracy
+    assert "(10.0% failed))" in ns
+    assert ("| -37.5 [-66.7, -8.3] | 0.250 | 5 of 5 (5 groups) | 62.9 (not resolvable by this run) | 5 | 1/10 "
+            "| 29.2 ± 17.7 | 17.7 (5 tasks) | 1 |") in ns
     assert "no_source on s2 (seed 0): degraded: test: 1 of 2 answers failed (50 %; model call failed 1)" in md
     assert "| sourcelearn | not run | — | — |" in md
     assert "apibench" in md and "Baseline hybrid_rag has no results for this benchmark" in md
@@ -199,8 +203,8 @@ def test_write_report_end_to_end(tmp_path):
     assert "| hybrid_rag | x | 5 (3 live) | 180 (120 live) | 1 | 0 |" in md
     assert "mean over split seeds of (mean over sources" in md
     assert "Holm" in md and "McNemar" in md and "local/smollm2" in md and "deadbeef" * 5 in md
-    assert "with the task as unit" in md and "tasks within" not in md
-    assert "5 paired tasks (10 task x seed rows), exact" in md
+    assert "with the group as unit" in md and "tasks within" not in md
+    assert "5 paired tasks in 5 groups (10 task x seed rows), exact" in md
     assert "Holm-Bonferroni over the 1 method compared with hybrid_rag on this benchmark" in md
     assert "sourcelearn: BM25 only \\<fast>" in md  # escaped: no raw HTML tag in Markdown
     assert "no_source: answers without the source" in md
@@ -247,7 +251,8 @@ def test_report_out_dir_and_other_baseline(tmp_path):
     assert paths["md"].parent == tmp_path / "elsewhere"
     md = paths["md"].read_text()
     assert "| no_source (baseline) | DEGRADED (29.2 [" in md
-    assert "| hybrid_rag | 66.7 [" in md and "| +37.5 | 0.250 |" in md
+    # the baseline is degraded: the comparison keeps its numbers but gets no stars
+    assert "| hybrid_rag | 66.7 [" in md and "| +37.5 [+8.3, +59.9] | 0.250 |" in md
     again = write_report(run, out_dir=tmp_path / "again", baseline="no_source", n_boot=100)
     assert again["csv"].read_text() == paths["csv"].read_text()  # seeded: identical numbers
 

@@ -372,11 +372,12 @@ def test_phantomwiki_named_keys_on_the_shipped_universe(shared_data):
 def test_key_overlap_cells_below_the_minimum_are_not_compared():
     rows = [{"source": "s", "seed": 0, "task_id": f"t{i}", "score": 0.0} for i in range(6)]
     base = {("s", 0, f"t{i}"): {"source": "s", "seed": 0, "task_id": f"t{i}", "score": 1.0} for i in range(6)}
-    cell = keyoverlap._cell(rows, base, is_baseline=False)
+    cell = keyoverlap._cell(rows, base)
     assert not cell["too_small"] and cell["delta_pp"] == pytest.approx(-100.0)
-    assert cell["p_value"] == pytest.approx(2 / 64)
-    assert (cell["ci_lo"], cell["ci_hi"]) == (0.0, 0.0)
-    small = keyoverlap._cell(rows[: keyoverlap.MIN_GROUP_TASKS - 1], base, is_baseline=False)
+    assert cell["p_value"] == pytest.approx(2 / 64) and cell["n_pairs"] == 6
+    # 0 of 6: the Wilson interval [0, 39.0], never the zero-width [0, 0]
+    assert cell["ci_lo"] == 0.0 and cell["ci_hi"] == pytest.approx(0.390, abs=1e-3)
+    small = keyoverlap._cell(rows[: keyoverlap.MIN_GROUP_TASKS - 1], base)
     assert small["too_small"] and not {"delta_pp", "p_value", "ci_lo"} & set(small)
 
 
@@ -591,8 +592,10 @@ def test_awm_and_sourcelearn_entry_adapters():
 
 def test_harmful_entries_on_a_run(toy_run):
     scripted.set_script(reply)
+    assert HarmfulSettings().repeats == 3  # the default: one repeat cannot tell an entry from noise
+    # one repeat here, so the live-call count below is the reduced states' alone
     live_before = _live(toy_run)
-    res = compute_protocol("harmful", toy_run, methods=["toy_notes", "hybrid_rag"], settings={"max_entries": 0})
+    res = compute_protocol("harmful", toy_run, methods=["toy_notes", "hybrid_rag"], settings={"max_entries": 0, "repeats": 1})
     notes = next(m for m in res["methods"] if m["method"] == "toy_notes")
     art = notes["artifacts"][0]
     # n-green is never shown (no green test task): left out; n-red is shown to the 3 red tasks only, too few
@@ -610,7 +613,7 @@ def test_harmful_entries_on_a_run(toy_run):
     assert _live(toy_run) - live_before == 6
     assert json.loads((toy_run / "protocols" / "harmful.json").read_text())["methods"][0]["rate"] == 1.0
     # exposure reported by the answers themselves gives the same verdicts (their texts are never in a prompt)
-    res = compute_protocol("harmful", toy_run, methods=["toy_reported"], settings={"max_entries": 0})
+    res = compute_protocol("harmful", toy_run, methods=["toy_reported"], settings={"max_entries": 0, "repeats": 1})
     rep = next(m for m in res["methods"] if m["method"] == "toy_reported")
     assert (rep["n_exposed"], rep["n_undetectable"], rep["n_evaluated"], rep["n_harmful"], rep["rate"]) == \
         (2, 1, 1, 1, 1.0)
@@ -618,7 +621,7 @@ def test_harmful_entries_on_a_run(toy_run):
     assert {m["method"] for m in res["methods"]} == {"toy_notes", "hybrid_rag", "toy_reported"}
     # re-running is free: every call is in the run's cache
     before = _live(toy_run)
-    compute_protocol("harmful", toy_run, methods=["toy_notes"], settings={"max_entries": 0})
+    compute_protocol("harmful", toy_run, methods=["toy_notes"], settings={"max_entries": 0, "repeats": 1})
     assert _live(toy_run) == before
 
 
@@ -753,7 +756,7 @@ def test_report_sections(toy_run, tmp_path):
     md = paths["md"].read_text()
     for title in ("Protocol: key-overlap groups", "Protocol: break-even", "Prequential curve", "Harmful entries"):
         assert title in md
-    assert "| toy_notes | none | 1 (1) | 0.0 (too small) | too small | too small |" in md
+    assert "| toy_notes | none | 1 (1) | 0.0 (too small) | — | too small | — | too small |" in md
     assert "after n tasks" in md and "toy_learner online / stateless %" in md
     html = paths["html"].read_text()
     assert "Protocol: prequential evaluation" in html and "Prequential curve" in html

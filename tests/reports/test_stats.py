@@ -105,8 +105,14 @@ def test_mcnemar_exact_hand_case():
     assert res["mean_diff"] == pytest.approx(6 / 15)
 
 
-def test_mcnemar_without_discordant_pairs_is_one():
-    assert paired_test(*_pair_rows([1, 0, 1], [1, 0, 1]))["p_value"] == 1.0
+def test_identical_comparison_is_not_a_result():
+    # identical on every paired task (e.g. a stateless method against itself): no p, no interval, a reason
+    res = paired_test(*_pair_rows([1, 0, 1, 1, 0], [1, 0, 1, 1, 0]))
+    assert res["p_value"] is None and res["ci_lo"] is None and res["mean_diff"] == 0.0
+    assert res["reason"] == "identical on every paired task"
+    # fewer than 5 pairs: untested ("—"), though the difference itself is known
+    few = paired_test(*_pair_rows([1, 1, 1], [0, 0, 0]))
+    assert few["p_value"] is None and few["mean_diff"] == pytest.approx(1.0) and "fewer than 5" in few["reason"]
 
 
 def test_paired_permutation_on_graded_scores():
