@@ -24,7 +24,7 @@ def _bench_name(run: dict[str, Any]) -> str:
 
 
 def footnote(benchmark: str, source: str, prov: dict[str, Any]) -> str:
-    """'‡ swe_qa/flask: not the pinned tree (commit 85c5d93) but the Flask 3.1.1 sdist (content sha256 ...)'."""
+    """'§ swe_qa/flask: not the pinned tree (commit 85c5d93) but the Flask 3.1.1 sdist (content sha256 ...)'."""
     label = safe(prov.get("label") or prov.get("kind") or "another tree")
     pin = safe(str(prov.get("pinned_commit") or "")[:12] or "unknown")
     sha = safe(str(prov.get("content_sha256") or "")[:16] or "unknown")

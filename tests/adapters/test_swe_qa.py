@@ -269,7 +269,7 @@ def test_a_run_on_an_sdist_records_it_and_the_leaderboard_marks_it(tmp_path, cap
     md = (out / "report" / "leaderboard.md").read_text()
     note = f"{MARK} swe\\_qa/flask: not the pinned tree (commit 85c5d93) but the Flask 3.1.1 sdist"
     assert note in md or note.replace("\\_", "_") in md
-    assert f"]{MARK}" in md  # the accuracy cell of the main table: "x [lo, hi]‡"
+    assert f"]{MARK}" in md  # the accuracy cell of the main table: "x [lo, hi]§"
     assert f"flask{MARK}" in md  # the per-source row
     import csv
 

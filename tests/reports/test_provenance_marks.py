@@ -11,7 +11,7 @@ RUN = {"benchmark": {"name": "swe_qa"},
        "sources": [{"id": "conan", "provenance": PROV},
                    {"id": "flask", "provenance": {**PROV, "pinned": True, "kind": "clone", "commit": "85c5d93" + "0" * 33}},
                    {"id": "pytest"}]}
-NOTE = ("\u2021 swe_qa/conan: not the pinned tree (commit 52f43d9) but the conan 2.34.0 sdist (content sha256 "
+NOTE = ("\u00a7 swe_qa/conan: not the pinned tree (commit 52f43d9) but the conan 2.34.0 sdist (content sha256 "
         "6f2654da48af4838); its numbers are not comparable with the paper's source.")
 
 
@@ -31,7 +31,7 @@ def test_every_rendering_marks_the_cell_and_names_the_tree():
     md = to_markdown(t)
     assert f"50.0{MARK}" in md and "25.0" + MARK not in md and "swe\\_qa/conan: not the pinned tree" in md
     tex = to_latex(t)
-    assert r"50.0\textsuperscript{\ddag{}}" in tex and r"\ddag{} swe\_qa/conan: not the pinned tree" in tex
+    assert r"50.0\textsuperscript{\S{}}" in tex and r"\S{} swe\_qa/conan: not the pinned tree" in tex
     html = to_html(t)
     assert 'class="substitute"' in html and "<li>" + NOTE.replace("'", "&#x27;") + "</li>" in html
     assert f"50.0{MARK}" in to_csv(t)
