@@ -57,6 +57,10 @@ class ModelSpec:
     # where the window came from ("--context-window", "server: max_model_len", ...), for run.json and
     # error messages; not part of ``settings()``
     context_window_origin: str | None = None
+    # how a served model gets its schema: None, OpenAI's ``json_schema``; "json_object", llama-cpp-python's
+    # server form ``{"type": "json_object", "schema": ...}`` (it answers json_schema with HTTP 500); the
+    # preflight picks it when only that form works
+    structured_format: str | None = None
     max_connections: int | None = None
     reasoning_effort: str | None = None
     # The reasoning allowance: tokens a reasoning backend may spend before its visible reply, added
@@ -84,6 +88,7 @@ class ModelSpec:
             "context_window": self.effective_context_window(),
             "reasoning_effort": self.reasoning_effort,
             **({"reasoning_tokens": self.reasoning_allowance(), "reasons": True} if self.is_reasoning() else {}),
+            **({"structured_format": self.structured_format} if self.structured_format else {}),
         }
 
     def is_reasoning(self) -> bool:
@@ -498,6 +503,7 @@ class LLM:
             "seed": self.spec.seed,
             "reasoning_effort": self.spec.reasoning_effort,
             "schema": schema,
+            **({"structured_format": self.spec.structured_format} if schema and self.spec.structured_format else {}),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
@@ -620,8 +626,10 @@ class LLM:
             cfg["response_schema"] = ResponseSchema(name=schema.__name__[:64], json_schema=json_schema_model(json_schema),
                                                     strict=True)
             if self._served():  # inspect drops maxItems and maxLength: the schema as built, in the request body
-                cfg["extra_body"] = {"response_format": {"type": "json_schema", "json_schema": {
-                    "name": schema.__name__[:64], "schema": json_schema, "strict": True}}}
+                cfg["extra_body"] = {"response_format": {"type": "json_object", "schema": json_schema}
+                                     if self.spec.structured_format == "json_object" else
+                                     {"type": "json_schema", "json_schema": {
+                                         "name": schema.__name__[:64], "schema": json_schema, "strict": True}}}
         model = self.inspect_model()
         _guard_inspect_logging()
         t0 = time.perf_counter()

@@ -556,15 +556,28 @@ class Runner:
         instead of failing every structured call of every method."""
         if spec.name.split("/", 1)[0] in ("local", "scripted"):
             return
-        res = await self._llm(spec, ledger).structured('Reply with the JSON object {"ok": true}.', _ProbeReply,
-                                                        method="harness", phase="probe", max_tokens=16,
-                                                        max_retries=1, timeout=60)
-        if res.failed and not res.error.startswith(("output_cap", "invalid structured", "context_overflow")):
-            where = spec.resolved_base_url() or spec.name
-            raise ModelUnavailableError(
-                f"model {spec.name} ({where}) refused a structured-output request (response_format json_schema): "
-                f"{res.error}. Serve the model with a server that supports json_schema structured outputs "
-                "(vLLM, llama.cpp's llama-server, LM Studio, Ollama; see docs/backends.md)")
+        async def probe(s: ModelSpec) -> Any:
+            return await self._llm(s, ledger).structured('Reply with the JSON object {"ok": true}.', _ProbeReply,
+                                                         method="harness", phase="probe", max_tokens=16,
+                                                         max_retries=1, timeout=60)
+
+        res = await probe(spec)
+        if not res.failed or res.error.startswith(("output_cap", "invalid structured", "context_overflow")):
+            return
+        other = replace(spec, structured_format="json_object")  # llama-cpp-python's server form
+        if not (await probe(other)).failed:
+            self.log(f"{spec.name}: the server refused response_format json_schema ({res.error[:160]}) and takes "
+                     "the schema as response_format json_object: structured calls use that form")
+            if spec.name == self.spec.name:
+                self.spec = replace(self.spec, structured_format="json_object")
+            if self.judge_spec and self.judge_spec.name == spec.name:
+                self.judge_spec = replace(self.judge_spec, structured_format="json_object")
+            return
+        where = spec.resolved_base_url() or spec.name
+        raise ModelUnavailableError(
+            f"model {spec.name} ({where}) refused a structured-output request (response_format json_schema): "
+            f"{res.error}. Serve the model with a server that supports json_schema structured outputs "
+            "(vLLM, llama.cpp's llama-server, LM Studio, Ollama; see docs/backends.md)")
 
     async def _probe(self, spec: ModelSpec, ledger: UsageLedger) -> Any:
         # 16: the least output cap OpenAI's Responses API accepts (a 4-token probe was refused with HTTP 400)
