@@ -36,7 +36,7 @@ from . import stopping
 from .errors import ConfigError, ModelUnavailableError
 from .io import redact_secrets, secret_values
 from .schema_limits import json_schema_model, schema_json, with_bound_words, with_choices, within_limits
-from .token_budget import DEFAULT_CHARS_PER_TOKEN
+from .token_budget import DEFAULT_CHARS_PER_TOKEN, TEMPLATE_TOKENS
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -542,8 +542,8 @@ class LLM:
         cap = self.spec.output_cap(bound)
         window = self.spec.effective_context_window()
         # a cap with a reasoning allowance is at most what the prompt leaves of a known window
-        room = max(bound, window - int(sum(len(m["content"]) for m in msgs) / PRECHECK_CHARS_PER_TOKEN)) \
-            if window else None
+        room = max(bound, window - TEMPLATE_TOKENS - int(sum(len(m["content"]) for m in msgs)
+                                                        / PRECHECK_CHARS_PER_TOKEN)) if window else None
         if cap and room and cap > bound:
             cap = min(cap, room)
         temp = self.spec.temperature if temperature is None else temperature

@@ -540,8 +540,14 @@ def main() -> None:
     ap.add_argument("--api-key", default=API_KEY)
     ap.add_argument("--embed-dim", type=int, default=256, help="dimension for embedding models it does not know")
     ap.add_argument("--strict-profile", default="current", choices=("current", "fine-tuned"))
+    ap.add_argument("--context-window", type=int, help="enforce a context window of this many tokens")
+    ap.add_argument("--context-style", default="openai", choices=("openai", "vllm", "llamacpp"))
+    ap.add_argument("--advertise-window", action="store_true", help="list max_model_len in /v1/models (vLLM)")
+    ap.add_argument("--no-json-schema", action="store_true", help="answer json_schema with HTTP 500")
     a = ap.parse_args()
     server = ApiServer(a.port, a.lifetime, a.api_key, a.embed_dim, a.strict_profile)
+    server.context_window, server.context_style = a.context_window, a.context_style
+    server.advertise_window, server.json_schema = a.advertise_window, not a.no_json_schema
     asyncio.run(server.serve(announce=True))
 
 

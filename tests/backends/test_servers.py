@@ -164,3 +164,41 @@ def test_the_discovered_window_is_recorded_in_run_json(api_env, tmp_path):
     assert _cli(tmp_path / "run") == 0
     model = json.loads((tmp_path / "run" / "run.json").read_text())["model"]
     assert model["context_window"] == 32_768 and model["context_window_origin"] == ORIGIN_MODELS
+
+
+def _overflow_then_larger(api, tmp_path: Path, bench: list[str], small: int) -> None:
+    """At a small window the overflowing rows are failures naming it and the cell is degraded; the
+    same run at a larger window (a new folder, the same call cache) calls the model again."""
+    from sourcebench.harness.cli import main
+    from sourcebench.harness.health import EXIT_DEGRADED
+
+    def go(out: Path) -> int:
+        return main(["run", *bench, "--methods", "hybrid_rag", "--model", "openai-api/testapi/gpt-oss-120b",
+                     "--reasoning-effort", "medium", "--embedder", "openai/text-embedding-3-large", "--seeds", "0",
+                     "--limit", "2", "--out", str(out), "--cache-dir", str(tmp_path / "cache")])
+
+    api.context_window, api.advertise_window = small, True
+    assert go(tmp_path / "small") == EXIT_DEGRADED
+    rows = [json.loads(x) for x in (tmp_path / "small" / "results.jsonl").read_text().splitlines()]
+    assert rows and all(r["failed"] for r in rows)
+    assert all(r["failure_reason"].startswith("context_overflow:") and f"{small:,}-token context window"
+               in r["failure_reason"] for r in rows), [r["failure_reason"] for r in rows]
+    api.reset()
+    api.context_window, api.advertise_window = 32_768, True
+    assert go(tmp_path / "large") == 0
+    rows = [json.loads(x) for x in (tmp_path / "large" / "results.jsonl").read_text().splitlines()]
+    assert rows and not any(r["failed"] for r in rows)
+    assert [c for c in chat_calls(api) if c["schema"] is None or c["schema"]]  # answered live
+
+
+@pytest.mark.slow
+def test_apibench_at_a_2048_token_window_fails_the_rows_and_a_larger_window_calls_again(api_env, tmp_path):
+    from tests.conftest import SHARED_DATA, need_data
+
+    need_data("apibench")
+    _overflow_then_larger(api_env, tmp_path, ["--benchmark", "apibench", "--sources", "torchhub",
+                                              "--data-dir", str(SHARED_DATA)], 2048)
+
+
+def test_phantomwiki_at_a_small_window_fails_the_rows_and_a_larger_window_calls_again(api_env, tmp_path):
+    _overflow_then_larger(api_env, tmp_path, ["--benchmark", "phantomwiki"], 640)
