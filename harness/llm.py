@@ -480,6 +480,16 @@ class LLM:
         inspect's schema type lacks)."""
         return self.spec.name.split("/", 1)[0] in _SERVED_PROVIDERS
 
+    async def _room(self, msgs: list[Message], bound: int) -> int | None:
+        """Output tokens a known window leaves after the prompt (at least ``bound``; None: no window):
+        counted exactly where the provider counts, else estimated at PRECHECK_CHARS_PER_TOKEN."""
+        window = self.spec.effective_context_window()
+        if not window:
+            return None
+        text = "\n".join(m["content"] for m in msgs)
+        n = await self.count_tokens(text)
+        return max(bound, window - TEMPLATE_TOKENS - (n if n is not None else int(len(text) / PRECHECK_CHARS_PER_TOKEN)))
+
     def _counts_exactly(self) -> bool:
         return bool(getattr(getattr(self.inspect_model(), "api", None), "exact_token_count", False))
 
@@ -540,12 +550,10 @@ class LLM:
         msgs = _norm_messages(messages)
         bound = max_tokens or self.spec.max_tokens
         cap = self.spec.output_cap(bound)
-        window = self.spec.effective_context_window()
-        # a cap with a reasoning allowance is at most what the prompt leaves of a known window
-        room = max(bound, window - TEMPLATE_TOKENS - int(sum(len(m["content"]) for m in msgs)
-                                                        / PRECHECK_CHARS_PER_TOKEN)) if window else None
-        if cap and room and cap > bound:
-            cap = min(cap, room)
+        room = None
+        if cap and cap > bound:  # a cap with a reasoning allowance: at most what the prompt leaves of a known window
+            room = await self._room(msgs, bound)
+            cap = min(cap, room) if room else cap
         temp = self.spec.temperature if temperature is None else temperature
         portable = self.spec.name.startswith("openai/")  # OpenAI's own API: its strict-mode subset
         json_schema = schema_json(schema, portable) if schema is not None else None
@@ -561,6 +569,7 @@ class LLM:
         if res.failed or not _cut_by_cap(res, bound, schema):
             return res
         first = res
+        room = room or (await self._room(msgs, bound) if cap else None)
         again = min(2 * cap, max(cap, room)) if cap and room else 2 * cap if cap else None
         if again == cap:  # the window leaves no larger cap to try
             err = (f"output_cap: output cap {_n(cap)} spent: {_n(res.reasoning_tokens)} reasoning tokens, "
