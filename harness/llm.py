@@ -9,7 +9,11 @@ On top of inspect this layer adds what an evaluation harness needs:
   versions and its cached calls are not counted);
 * a usage ledger counting calls and tokens per method, phase, stage and live/cached/failed;
 * structured calls against a pydantic schema with one corrective retry, after which the call is
-  recorded as failed and the run goes on.
+  recorded as failed and the run goes on;
+* a provider's error, refusal or cut-off that inspect hands back as output text (a context-length
+  error, a content filter, a reply a server cut at its window) is a failed call with its reason,
+  never an answer and never cached; on OpenAI-compatible servers the schema goes out with its
+  bounds, which inspect's provider drops.
 """
 
 from __future__ import annotations

@@ -332,7 +332,9 @@ class Runner:
 
     async def _run_worker(self, stage: str) -> dict[str, Any]:
         self.is_worker = True
-        self.run_id = str(read_json(self.out / "run.json")["run_id"])
+        meta = read_json(self.out / "run.json")
+        self.run_id = str(meta["run_id"])
+        self._adopt_preflight(meta)
         done = self._done_rows()
         _, plans = self._plan(write_manifests=False)
         pending = self._pending(plans, done)
@@ -538,6 +540,19 @@ class Runner:
             return spec
         self.log(f"{spec.name}: context window {found[0]:,} tokens ({found[1]})")
         return replace(spec, context_window=found[0], context_window_origin=found[1])
+
+    def _adopt_preflight(self, meta: dict[str, Any]) -> None:
+        """A worker takes what the driver's preflight settled and recorded in run.json (the window and
+        its origin, the structured-output form, whether the backend reasons): its calls and artifact
+        keys are then the driver's."""
+        for attr, entry in (("spec", "model"), ("judge_spec", "judge_model")):
+            spec, m = getattr(self, attr), meta.get(entry)
+            if spec is None or not isinstance(m, dict) or m.get("name") != spec.name:
+                continue
+            setattr(self, attr, replace(spec, context_window=m.get("context_window") or spec.context_window,
+                                        context_window_origin=m.get("context_window_origin") or spec.context_window_origin,
+                                        structured_format=m.get("structured_format") or spec.structured_format,
+                                        reasons=True if m.get("reasons") else spec.reasons))
 
     def _record_window(self) -> None:
         """run.json's model entries with the window the preflight settled and its origin."""
