@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Self
 
 import httpx
 
@@ -48,7 +49,7 @@ class LlamaServer:
         # the server checks no key; inspect's openai-api provider still needs one: a placeholder
         return {f"{SERVICE.upper()}_BASE_URL": self.url, f"{SERVICE.upper()}_API_KEY": "none"}
 
-    def __enter__(self) -> LlamaServer:
+    def __enter__(self) -> Self:
         cmd = [sys.executable, str(Path(__file__).resolve()), "--model", str(self.model), "--host", "127.0.0.1",
                "--port", str(self.port), "--n_ctx", str(self.n_ctx), "--n_threads", str(self.threads),
                "--n_threads_batch", str(self.threads), "--seed", "0", "--verbose", "False"]

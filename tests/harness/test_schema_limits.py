@@ -433,12 +433,12 @@ def _property_nodes(node: Any, name: str) -> list[dict[str, Any]]:
 def static_schemas() -> dict[str, type]:
     """Every schema sent without ``choices``, at the largest size its parameters take."""
     from sourcebench.adapters.phantomwiki import AnswerSet
+    from sourcebench.harness.runner import _ProbeReply
     from sourcebench.judges.llm_judge import Verdict
     from sourcebench.methods.awm import WorkflowSet
     from sourcebench.methods.hipporag2.openie import NamedEntities, Triples
     from sourcebench.methods.hipporag2.retrieve import FactFilter
     from sourcebench.methods.kb_curator.tools import CuratorStep, DuplicateVerdict, KeyAnalysis, ReaderStep
-    from sourcebench.harness.runner import _ProbeReply
     from sourcebench.methods.navigator import NavigatorStep
     from sourcebench.methods.rika.atomise import AtomReply
     from sourcebench.methods.rika.extract import FirstOrderReply, SecondOrderReply
