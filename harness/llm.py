@@ -9,7 +9,11 @@ On top of inspect this layer adds what an evaluation harness needs:
   versions and its cached calls are not counted);
 * a usage ledger counting calls and tokens per method, phase, stage and live/cached/failed;
 * structured calls against a pydantic schema with one corrective retry, after which the call is
-  recorded as failed and the run goes on.
+  recorded as failed and the run goes on;
+* a provider's error, refusal or cut-off that inspect hands back as output text (a context-length
+  error, a content filter, a reply a server cut at its window) is a failed call with its reason,
+  never an answer and never cached; on OpenAI-compatible servers the schema goes out with its
+  bounds, which inspect's provider drops.
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ from pydantic import BaseModel, ValidationError
 from . import stopping
 from .errors import ConfigError, ModelUnavailableError
 from .io import redact_secrets, secret_values
-from .schema_limits import json_schema_model, schema_json, with_choices, within_limits
-from .token_budget import DEFAULT_CHARS_PER_TOKEN
+from .schema_limits import json_schema_model, schema_json, with_bound_words, with_choices, within_limits
+from .token_budget import DEFAULT_CHARS_PER_TOKEN, TEMPLATE_TOKENS
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -54,6 +58,13 @@ class ModelSpec:
     seed: int = 0
     base_url: str | None = None
     context_window: int | None = None
+    # where the window came from ("--context-window", "server: max_model_len", ...), for run.json and
+    # error messages; not part of ``settings()``
+    context_window_origin: str | None = None
+    # how a served model gets its schema: None, OpenAI's ``json_schema``; "json_object", llama-cpp-python's
+    # server form ``{"type": "json_object", "schema": ...}`` (it answers json_schema with HTTP 500); the
+    # preflight picks it when only that form works
+    structured_format: str | None = None
     max_connections: int | None = None
     reasoning_effort: str | None = None
     # The reasoning allowance: tokens a reasoning backend may spend before its visible reply, added
@@ -81,6 +92,7 @@ class ModelSpec:
             "context_window": self.effective_context_window(),
             "reasoning_effort": self.reasoning_effort,
             **({"reasoning_tokens": self.reasoning_allowance(), "reasons": True} if self.is_reasoning() else {}),
+            **({"structured_format": self.structured_format} if self.structured_format else {}),
         }
 
     def is_reasoning(self) -> bool:
@@ -94,6 +106,18 @@ class ModelSpec:
 
     def reasoning_allowance(self) -> int:
         """Tokens added to each reply bound on a reasoning backend (UNLIMITED: send no cap)."""
+        if not self.is_reasoning():
+            return 0
+        wanted = self.wanted_reasoning_allowance()
+        window = self.effective_context_window()
+        if window and wanted != UNLIMITED and wanted > window // 2:
+            return window // 2  # the rest of the window for the prompt and the reply
+        return wanted
+
+    def wanted_reasoning_allowance(self) -> int:
+        """The allowance asked for (``--reasoning-tokens`` or the effort's default), before it is
+        fitted into a known context window: at most half of it, since a server rejects (vLLM) or
+        silently clamps (llama.cpp) a cap that leaves no room for the prompt."""
         if not self.is_reasoning():
             return 0
         if self.reasoning_tokens is not None:
@@ -392,6 +416,36 @@ def _chain(e: BaseException):
         e = e.__cause__ or e.__context__
 
 
+_OPENAI_CLIENT_PROVIDERS = {"openai", "openai-api"}
+_SERVED_PROVIDERS = {"openai-api", "vllm", "ollama", "llama-cpp-python", "sglang"}
+
+
+def _init_error(e: BaseException, name: str) -> str:
+    """inspect's initialisation error on one line, every line of it kept (its first line alone,
+    "Unable to initialise ... client", does not say which variable is missing); for an
+    ``openai-api/<service>/`` model, the variables it reads."""
+    lines = [x.strip() for x in str(e).strip().splitlines() if x.strip()]
+    msg = " ".join(x.removeprefix("ERROR: ") for x in lines) or type(e).__name__
+    parts = name.split("/")
+    if parts[0] == "openai-api" and len(parts) >= 3 and "defined in the environment" in msg:
+        svc = parts[1].upper().replace("-", "_")
+        msg += (f" (openai-api/{parts[1]}/... reads {svc}_BASE_URL, e.g. http://127.0.0.1:8000/v1, and "
+                f"{svc}_API_KEY; a local server that checks no key still needs a placeholder: {svc}_API_KEY=none)")
+    return redact_secrets(msg, bearer=True)
+
+
+# stop reasons of an output that is not the model's answer: inspect turns a provider's context-length
+# error or refusal (HTTP 400 ``context_length_exceeded``, ``content_filter``, an "input length" error)
+# into an output whose text is the provider's error message
+_NOT_AN_ANSWER = {"model_length": "context_overflow", "content_filter": "refused"}
+# characters per token assumed to pre-check a prompt against a declared window when the provider does
+# not count tokens: SmolLM2 makes about 2.8 on code and 3.1 on APIBench, English prose on API models 4
+PRECHECK_CHARS_PER_TOKEN = 3.0
+# a context-window error that reached this layer as an exception
+_CONTEXT_ERROR = re.compile(r"context_length_exceeded|maximum context length|exceeds? the (available )?context size",
+                            re.IGNORECASE)
+
+
 class LLM:
     """A model role (solver or judge) with cache and ledger. Bind method/phase with ``.bind``."""
 
@@ -414,12 +468,34 @@ class LLM:
                 kwargs: dict[str, Any] = {}
                 if self.spec.base_url:
                     kwargs["base_url"] = self.spec.base_url
+                if self.spec.name.split("/", 1)[0] in _OPENAI_CLIENT_PROVIDERS:
+                    # inspect retries (with backoff) what can change; the OpenAI client's own 2 retries
+                    # under each of inspect's attempts multiplied the tries of every failed request
+                    kwargs["max_retries"] = 0
                 try:
                     self._model = get_model(self.spec.name, **kwargs)
                 except Exception as e:  # unknown provider, missing key or package
-                    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                    raise ModelUnavailableError(f"model '{self.spec.name}': {msg}") from None
+                    raise ModelUnavailableError(f"model '{self.spec.name}': {_init_error(e, self.spec.name)}") from None
             return self._model
+
+    def _served(self) -> bool:
+        """Whether the model is served over an OpenAI-compatible endpoint whose inspect provider drops
+        the schema's bounds (``OpenAICompatibleAPI.schema_exclude_fields``, and ``maxItems``, which
+        inspect's schema type lacks)."""
+        return self.spec.name.split("/", 1)[0] in _SERVED_PROVIDERS
+
+    async def _room(self, msgs: list[Message], bound: int) -> int | None:
+        """Output tokens a known window leaves after the prompt (at least ``bound``; None: no window):
+        counted exactly where the provider counts, else estimated at PRECHECK_CHARS_PER_TOKEN."""
+        window = self.spec.effective_context_window()
+        if not window:
+            return None
+        text = "\n".join(m["content"] for m in msgs)
+        n = await self.count_tokens(text)
+        return max(bound, window - TEMPLATE_TOKENS - (n if n is not None else int(len(text) / PRECHECK_CHARS_PER_TOKEN)))
+
+    def _counts_exactly(self) -> bool:
+        return bool(getattr(getattr(self.inspect_model(), "api", None), "exact_token_count", False))
 
     async def count_tokens(self, text: str) -> int | None:
         """The model's own token count of ``text`` when its provider tokenizes exactly (local
@@ -441,6 +517,7 @@ class LLM:
             "seed": self.spec.seed,
             "reasoning_effort": self.spec.reasoning_effort,
             "schema": schema,
+            **({"structured_format": self.spec.structured_format} if schema and self.spec.structured_format else {}),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
@@ -477,9 +554,15 @@ class LLM:
         msgs = _norm_messages(messages)
         bound = max_tokens or self.spec.max_tokens
         cap = self.spec.output_cap(bound)
+        room = None
+        if cap and cap > bound:  # a cap with a reasoning allowance: at most what the prompt leaves of a known window
+            room = await self._room(msgs, bound)
+            cap = min(cap, room) if room else cap
         temp = self.spec.temperature if temperature is None else temperature
         portable = self.spec.name.startswith("openai/")  # OpenAI's own API: its strict-mode subset
         json_schema = schema_json(schema, portable) if schema is not None else None
+        if json_schema is not None and self._served():
+            json_schema = with_bound_words(json_schema)
         if json_schema is not None and choices:
             # id sets past OpenAI's strict-mode limits become plain strings (every caller checks the ids)
             json_schema = within_limits(with_choices(json_schema, choices), fields=choices)
@@ -490,12 +573,23 @@ class LLM:
         if res.failed or not _cut_by_cap(res, bound, schema):
             return res
         first = res
-        res = await call(2 * cap if cap else None)
+        room = room or (await self._room(msgs, bound) if cap else None)
+        again = min(2 * cap, max(cap, room)) if cap and room else 2 * cap if cap else None
+        if again == cap:  # the window leaves no larger cap to try
+            err = (f"output_cap: output cap {_n(cap)} spent: {_n(res.reasoning_tokens)} reasoning tokens, "
+                   f"{_n(res.output_tokens)} visible; the {_window_words(self.spec)} leaves no larger cap "
+                   f"(reply bound {_n(bound)})")
+            self.ledger.add_failure(method, phase, stage, err)
+            return CallResult(res.text, res.input_tokens, res.output_tokens, cached=res.cached, failed=True,
+                              error=err, stop_reason=res.stop_reason, reasoning_tokens=res.reasoning_tokens, cap=cap)
+        res = await call(again)
         if res.failed or not _cut_by_cap(res, bound, schema):
             return res
+        hint = ("raise --reasoning-tokens" if first.reasoning_tokens or res.reasoning_tokens else
+                "no reasoning tokens: the reply itself ran past its bound")
         err = (f"output_cap: output cap {_n(first.cap)} spent: {_n(first.reasoning_tokens)} reasoning tokens, "
                f"{_n(first.output_tokens)} visible; retried with {_n(res.cap)}: {_n(res.reasoning_tokens)} "
-               f"reasoning, {_n(res.output_tokens)} visible (reply bound {_n(bound)}; raise --reasoning-tokens)")
+               f"reasoning, {_n(res.output_tokens)} visible (reply bound {_n(bound)}; {hint})")
         self.ledger.add_failure(method, phase, stage, err)
         return CallResult(res.text, res.input_tokens, res.output_tokens, cached=res.cached, failed=True, error=err,
                           stop_reason=res.stop_reason, reasoning_tokens=res.reasoning_tokens, cap=res.cap)
@@ -507,17 +601,17 @@ class LLM:
         key = self.cache_key(msgs, cap, temp, json_schema)
         if self.cache is not None:
             hit = self.cache.get(key)
-            if hit is not None:
+            if hit is not None and hit.get("stop_reason") not in _NOT_AN_ANSWER:  # an error is no answer
                 reasoning = int(hit.get("reasoning_tokens") or 0)
                 self.ledger.add(method, phase, stage, "cached", hit["input_tokens"], hit["output_tokens"], 0.0,
                                 reasoning)
                 return CallResult(hit["text"], hit["input_tokens"], hit["output_tokens"], cached=True,
                                   stop_reason=hit.get("stop_reason", ""), reasoning_tokens=reasoning, cap=cap)
         window = self.spec.effective_context_window()
-        if window:
-            est = sum(len(m["content"]) for m in msgs) // 4
-            if est + (cap or 0) > window * 1.5:  # clearly over: do not spend a call
-                err = f"context_overflow: prompt of ~{est} tokens exceeds the {window}-token context window"
+        if window and not self._counts_exactly():  # an exact provider reports an overflow itself
+            est = int(sum(len(m["content"]) for m in msgs) / PRECHECK_CHARS_PER_TOKEN)
+            if est >= window:  # over: do not spend a call
+                err = f"context_overflow: prompt of ~{est:,} tokens exceeds the {_window_words(self.spec)}"
                 self.ledger.add_failure(method, phase, stage, err)
                 self.ledger.add(method, phase, stage, "failed", 0, 0, 0.0)
                 return CallResult("", failed=True, error=err, cap=cap)
@@ -544,6 +638,11 @@ class LLM:
         if schema is not None and json_schema is not None:
             cfg["response_schema"] = ResponseSchema(name=schema.__name__[:64], json_schema=json_schema_model(json_schema),
                                                     strict=True)
+            if self._served():  # inspect drops maxItems and maxLength: the schema as built, in the request body
+                cfg["extra_body"] = {"response_format": {"type": "json_object", "schema": json_schema}
+                                     if self.spec.structured_format == "json_object" else
+                                     {"type": "json_schema", "json_schema": {
+                                         "name": schema.__name__[:64], "schema": json_schema, "strict": True}}}
         model = self.inspect_model()
         _guard_inspect_logging()
         t0 = time.perf_counter()
@@ -559,6 +658,8 @@ class LLM:
                 raise ModelUnavailableError(f"model endpoint {where} is unreachable ({type(cause).__name__}: "
                                             f"{redact_secrets(str(cause)[:120], bearer=True)})") from None
             err = _short_error(e)
+            if _CONTEXT_ERROR.search(err):  # vLLM's 400 has no code for inspect to read
+                err = f"context_overflow: the prompt and its cap do not fit the {_window_words(self.spec)} ({err})"
             self.ledger.add_failure(method, phase, stage, err)
             self.ledger.add(method, phase, stage, "failed", 0, 0, time.perf_counter() - t0)
             return CallResult("", failed=True, error=err, cap=cap)
@@ -574,8 +675,9 @@ class LLM:
         # providers count reasoning inside output tokens (OpenAI's completion/output tokens): keep them apart
         outp = max(0, int(usage.output_tokens) - reasoning) if usage else len(text) // 4
         stop = str(out.stop_reason or "")
-        if stop == "model_length" and not text:
-            err = f"context_overflow: prompt does not fit the model's context window ({out.error or stop})"
+        err = _not_an_answer(self.spec, out, stop, text, inp if usage else None,
+                             (outp + reasoning) if usage else None, cap)
+        if err:  # never cached: the same request at a larger window, or later, is asked again
             self.ledger.add_failure(method, phase, stage, err)
             self.ledger.add(method, phase, stage, "failed", inp, 0, secs, reasoning)
             return CallResult("", failed=True, error=err, reasoning_tokens=reasoning, cap=cap)
@@ -617,6 +719,8 @@ class LLM:
         stage: str = "",
         max_tokens: int | None = None,
         choices: dict[str, list[str]] | None = None,
+        max_retries: int | None = None,
+        timeout: int | None = None,
     ) -> StructuredResult:
         """A schema-constrained call, validated with pydantic; one retry that shows the validation error.
         ``choices`` restricts string fields by name to the given values in the schema sent (see
@@ -624,7 +728,7 @@ class LLM:
         msgs = _norm_messages(messages)
         self.ledger.count_request(method, phase, stage)
         res = await self.generate(msgs, method=method, phase=phase, stage=stage, max_tokens=max_tokens, schema=schema,
-                                  choices=choices, _counted=True)
+                                  choices=choices, max_retries=max_retries, timeout=timeout, _counted=True)
         if res.failed:
             return StructuredResult(None, "", failed=True, error=res.error)
         try:
@@ -637,7 +741,7 @@ class LLM:
              f"{first_error}. Reply again with only a JSON object that matches the schema."},
         ]
         res2 = await self.generate(retry, method=method, phase=phase, stage=stage, max_tokens=max_tokens, schema=schema,
-                                   choices=choices, _counted=True)
+                                   choices=choices, max_retries=max_retries, timeout=timeout, _counted=True)
         if res2.failed:  # the failed call is already in the ledger with its reason
             return StructuredResult(None, res2.text, failed=True, error=res2.error, attempts=2)
         try:
@@ -646,6 +750,33 @@ class LLM:
             err = f"invalid structured output after retry: {_short_error(e)}"
         self.ledger.add_failure(method, phase, stage, err)
         return StructuredResult(None, res2.text, failed=True, error=err, attempts=2)
+
+
+def _window_words(spec: ModelSpec) -> str:
+    window = spec.effective_context_window()
+    if not window:
+        return "model's context window"
+    origin = f", {spec.context_window_origin}" if spec.context_window_origin else ""
+    return f"{window:,}-token context window{origin}"
+
+
+def _not_an_answer(spec: ModelSpec, out: Any, stop: str, text: str, inp: int | None, spent: int | None,
+                   cap: int | None) -> str:
+    """Why an output is a provider's error, refusal or cut-off rather than the model's reply ("" if
+    it is a reply). inspect returns a context-length error or a refusal as an output whose text is
+    the provider's message; llama.cpp's server silently lowers a cap that passes the window, so a
+    reply ends as "cut by the cap" having spent fewer tokens than the cap."""
+    said = redact_secrets(" ".join(str(out.error or text or stop).split())[:240], bearer=True)
+    if stop in _NOT_AN_ANSWER:
+        if stop == "model_length":
+            return f"context_overflow: the prompt does not fit the {_window_words(spec)} (provider: {said})"
+        return f"refused: the provider refused or filtered the request ({stop}: {said})"
+    if getattr(out, "error", None):
+        return f"model_error: {said}"
+    if stop == "max_tokens" and cap and spent is not None and spent < cap:
+        return (f"context_overflow: the reply was cut after {spent:,} of its {cap:,}-token cap: the "
+                f"prompt ({_n(inp)} tokens) and the cap pass the {_window_words(spec)}")
+    return ""
 
 
 def _n(x: int | None) -> str:

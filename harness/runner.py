@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import BaseModel
 
 from sourcebench.harness.benchmark import Benchmark
 
@@ -42,9 +43,10 @@ from .errors import (
 from .gcpolicy import long_lived_frozen
 from .health import build_health, run_health
 from .io import append_jsonl, atomic_write_json, atomic_write_text, read_json, read_jsonl
-from .llm import LLM, CallCache, ModelSpec, UsageLedger
+from .llm import LLM, UNLIMITED, CallCache, ModelSpec, UsageLedger
 from .method import Context, LearnContext, Method
 from .provenance import command_line, git_commit, package_versions
+from .providers.discovery import ORIGIN_OPTION, discover_context_window
 from .registry import get_benchmark_class, get_method_class
 from .splits import write_manifest
 
@@ -210,6 +212,12 @@ def limit_tasks(tasks: list[Task], limit: int | None, seed: int) -> list[Task]:
     return [tasks[i] for i in sorted(order)]
 
 
+class _ProbeReply(BaseModel):
+    """The preflight's structured probe: the least schema a server must honour."""
+
+    ok: bool
+
+
 class Runner:
     LEARN_LOG_INTERVAL_S = 30.0  # least time between two call-count lines of a learning cell in a log file
     # least time between two writes of a learning cell's call counts to usage.jsonl: a build can take
@@ -349,7 +357,9 @@ class Runner:
 
     async def _run_worker(self, stage: str) -> dict[str, Any]:
         self.is_worker = True
-        self.run_id = str(read_json(self.out / "run.json")["run_id"])
+        meta = read_json(self.out / "run.json")
+        self.run_id = str(meta["run_id"])
+        self._adopt_preflight(meta)
         done = self._done_rows()
         _, plans = self._plan(write_manifests=False)
         pending = self._pending(plans, done)
@@ -511,6 +521,14 @@ class Runner:
         for role in roles:
             spec = self.spec if role == "solver" else self.judge_spec
             assert spec is not None
+            spec = self._known_window(spec)
+            if role == "solver":
+                self.spec = spec
+                if self.judge_spec and self.judge_spec.name == spec.name and not self.judge_spec.context_window:
+                    self.judge_spec = replace(self.judge_spec, context_window=spec.context_window,
+                                              context_window_origin=spec.context_window_origin)
+            else:
+                self.judge_spec = spec
             res = await self._probe(spec, ledger)
             if res.reasoning_tokens and not spec.is_reasoning():
                 spec = replace(spec, reasons=True)
@@ -529,7 +547,79 @@ class Runner:
             elif res.failed:
                 where = spec.resolved_base_url() or spec.name
                 raise ModelUnavailableError(f"model {spec.name} ({where}) failed a test call: {res.error}")
+            await self._probe_structured(spec, ledger)
+            spec = self.spec if role == "solver" else self.judge_spec
+            assert spec is not None
+            if spec.wanted_reasoning_allowance() not in (spec.reasoning_allowance(), UNLIMITED):
+                self.log(f"{spec.name}: the reasoning allowance of {spec.wanted_reasoning_allowance():,} tokens does "
+                         f"not fit the {spec.effective_context_window() or 0:,}-token window: {spec.reasoning_allowance():,} (half "
+                         "the window) is sent")
+        self._record_window()
         self._flush_usage(ledger, "", None)
+
+    def _known_window(self, spec: ModelSpec) -> ModelSpec:
+        """The spec with its context window and where it came from: ``--context-window``, else what
+        the server says (``harness.providers.discovery``), else none."""
+        if spec.context_window:
+            return spec if spec.context_window_origin else replace(spec, context_window_origin=ORIGIN_OPTION)
+        found = discover_context_window(spec.name, spec.resolved_base_url())
+        if found is None:
+            return spec
+        self.log(f"{spec.name}: context window {found[0]:,} tokens ({found[1]})")
+        return replace(spec, context_window=found[0], context_window_origin=found[1])
+
+    def _adopt_preflight(self, meta: dict[str, Any]) -> None:
+        """A worker takes what the driver's preflight settled and recorded in run.json (the window and
+        its origin, the structured-output form, whether the backend reasons): its calls and artifact
+        keys are then the driver's."""
+        for attr, entry in (("spec", "model"), ("judge_spec", "judge_model")):
+            spec, m = getattr(self, attr), meta.get(entry)
+            if spec is None or not isinstance(m, dict) or m.get("name") != spec.name:
+                continue
+            setattr(self, attr, replace(spec, context_window=m.get("context_window") or spec.context_window,
+                                        context_window_origin=m.get("context_window_origin") or spec.context_window_origin,
+                                        structured_format=m.get("structured_format") or spec.structured_format,
+                                        reasons=True if m.get("reasons") else spec.reasons))
+
+    def _record_window(self) -> None:
+        """run.json's model entries with the window the preflight settled and its origin."""
+        path = self.out / "run.json"
+        if not path.exists():
+            return
+        meta = read_json(path)
+        for entry, spec in (("model", self.spec), ("judge_model", self.judge_spec)):
+            if spec is not None and isinstance(meta.get(entry), dict):
+                meta[entry] = {**spec.settings(), "context_window_origin": spec.context_window_origin}
+        atomic_write_json(path, meta)
+
+    async def _probe_structured(self, spec: ModelSpec, ledger: UsageLedger) -> None:
+        """One schema-constrained call on a served model: a server that refuses structured outputs
+        (llama-cpp-python's answers ``json_schema`` with HTTP 500) stops the run here, in one line,
+        instead of failing every structured call of every method."""
+        if spec.name.split("/", 1)[0] in ("local", "scripted"):
+            return
+        async def probe(s: ModelSpec) -> Any:
+            return await self._llm(s, ledger).structured('Reply with the JSON object {"ok": true}.', _ProbeReply,
+                                                         method="harness", phase="probe", max_tokens=16,
+                                                         max_retries=1, timeout=60)
+
+        res = await probe(spec)
+        if not res.failed or res.error.startswith(("output_cap", "invalid structured", "context_overflow")):
+            return
+        other = replace(spec, structured_format="json_object")  # llama-cpp-python's server form
+        if not (await probe(other)).failed:
+            self.log(f"{spec.name}: the server refused response_format json_schema ({res.error[:160]}) and takes "
+                     "the schema as response_format json_object: structured calls use that form")
+            if spec.name == self.spec.name:
+                self.spec = replace(self.spec, structured_format="json_object")
+            if self.judge_spec and self.judge_spec.name == spec.name:
+                self.judge_spec = replace(self.judge_spec, structured_format="json_object")
+            return
+        where = spec.resolved_base_url() or spec.name
+        raise ModelUnavailableError(
+            f"model {spec.name} ({where}) refused a structured-output request (response_format json_schema): "
+            f"{res.error}. Serve the model with a server that supports json_schema structured outputs "
+            "(vLLM, llama.cpp's llama-server, LM Studio, Ollama; see docs/backends.md)")
 
     async def _probe(self, spec: ModelSpec, ledger: UsageLedger) -> Any:
         # 16: the least output cap OpenAI's Responses API accepts (a 4-token probe was refused with HTTP 400)

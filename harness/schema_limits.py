@@ -265,6 +265,22 @@ def strict_schema(node: Any, portable: bool = False) -> Any:
     return out
 
 
+def with_bound_words(node: Any) -> Any:
+    """The schema with its length, range and count limits kept *and* written into the descriptions
+    (as ``portable`` writes them): an OpenAI-compatible server whose decoder enforces ``maxLength`` and
+    ``maxItems`` (vLLM, llama.cpp's server) reads the keys, one that ignores them shows the model the words."""
+    if isinstance(node, list):
+        return [with_bound_words(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: ({n: with_bound_words(sub) for n, sub in v.items()} if k in ("properties", "$defs") and isinstance(v, dict)
+               else with_bound_words(v)) for k, v in node.items()}
+    limits = [_UNPORTABLE[k].format(v) for k, v in node.items() if k in _UNPORTABLE and not isinstance(v, (dict, list))]
+    if limits:
+        out["description"] = "; ".join([*([out["description"]] if out.get("description") else []), *limits])
+    return out
+
+
 @functools.lru_cache(maxsize=512)
 def schema_json(schema: type[BaseModel], portable: bool = False) -> dict[str, Any]:
     """The strict JSON schema sent for a model class (inlined ``$defs``), made once per class; it

@@ -27,6 +27,16 @@ and for tests ``GET /stats`` and ``POST /reset``. What it enforces, as the real 
   (similar texts are near), in the model's dimension (3,072 for text-embedding-3-large, 1,536 for
   -3-small and ada-002, ``embed_dim`` otherwise; ``dimensions`` honoured), float or base64.
 
+* **Servers other than OpenAI's** (attributes a test sets, restored by ``reset()``):
+  ``context_window`` enforces a window in tokens on chat completions, answered as ``context_style``
+  says: ``"openai"`` (HTTP 400, ``code: context_length_exceeded``, prompt + cap over the window),
+  ``"vllm"`` (HTTP 400 with vLLM's error body, no code), ``"llamacpp"`` (a prompt over the window:
+  HTTP 400 ``context_length_exceeded``; prompt + cap over it: the cap silently lowered, as llama.cpp's
+  server does). ``advertise_window`` lists ``max_model_len`` in ``/v1/models`` (vLLM); with
+  ``context_style="llamacpp"`` ``GET /props`` reports ``n_ctx``. ``json_schema = False`` answers
+  ``response_format: json_schema`` with HTTP 500, as llama-cpp-python's server does. A last message
+  holding ``[[refuse]]`` is refused with HTTP 400, ``code: content_filter``.
+
 Replies are schema-valid and drawn from the prompt (``content.py``). ``stats()`` counts requests,
 rejections (with reasons), finish reasons and tokens for tests to assert on. The server binds
 127.0.0.1, requires the API key it was given, and stops by itself after ``lifetime`` seconds.
@@ -69,6 +79,7 @@ EMBED_MAX_REQUEST_TOKENS = 300_000
 EMBED_DIMS = {"text-embedding-3-large": 3072, "text-embedding-3-small": 1536, "text-embedding-ada-002": 1536}
 RESPONSES_MIN_OUTPUT_TOKENS = 16
 MAX_CALL_RECORDS = 20_000
+REFUSE_MARKER = "[[refuse]]"  # a chat message holding it is refused (HTTP 400, code content_filter)
 _SCHEMA_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
@@ -145,6 +156,17 @@ class ApiServer(JsonHttpServer):
         self.embed_dim = embed_dim
         self.strict_profile = strict_profile
         self.latency = latency
+        self._server_defaults()
+
+    def _server_defaults(self) -> None:
+        self.context_window: int | None = None
+        self.context_style = "openai"
+        self.advertise_window = False
+        self.json_schema = True
+
+    def reset(self) -> None:
+        super().reset()
+        self._server_defaults()
 
     def env(self) -> dict[str, str]:
         """Environment that points inspect's ``openai-api/testapi/*`` and ``openai/*`` models and the
@@ -168,6 +190,10 @@ class ApiServer(JsonHttpServer):
         if method == "GET" and route.endswith("/stats"):
             await self._send(writer, 200, self.stats())
             return True
+        if method == "GET" and route.endswith("/props") and self.context_style == "llamacpp" and self.context_window:
+            await self._send(writer, 200, {"default_generation_settings": {"n_ctx": self.context_window},
+                                           "total_slots": 1})
+            return True
         if method == "POST" and route.endswith("/reset"):
             self.reset()
             await self._send(writer, 200, {"ok": True})
@@ -183,9 +209,10 @@ class ApiServer(JsonHttpServer):
                 raise ApiError(404, f"Invalid URL ({method} {path})")
             self._check_auth(headers)
             if endpoint == "models":
+                window = {"max_model_len": self.context_window} if self.advertise_window and self.context_window else {}
                 reply: dict[str, Any] = {"object": "list", "data": [
-                    {"id": m, "object": "model", "created": 0, "owned_by": SERVICE}
-                    for m in ("gpt-oss-120b", "gpt-5-mini", "deepseek-v4-flash", *EMBED_DIMS)]}
+                    {"id": m, "object": "model", "created": 0, "owned_by": SERVICE, **window}
+                    for m in ("gpt-oss-120b", "gpt-5-mini", "deepseek-v4-flash", "llama-3-8b-instruct", *EMBED_DIMS)]}
             else:
                 try:
                     req = json.loads(body or b"{}")
@@ -228,6 +255,8 @@ class ApiServer(JsonHttpServer):
             return None, ""
         if fmt.get("type") == "json_object":
             return None, "json_object"
+        if fmt.get("type") == "json_schema" and not self.json_schema:  # llama-cpp-python's server
+            raise ApiError(500, "Internal Server Error", type_="server_error")
         if fmt.get("type") != "json_schema":
             raise ApiError(400, f"Invalid value: '{fmt.get('type')}'. Supported values are: 'text', "
                                 "'json_object', and 'json_schema'.", param=f"{param}.type", code="invalid_value")
@@ -256,6 +285,7 @@ class ApiServer(JsonHttpServer):
         key = hashlib.sha256(json.dumps([model, messages, schema, effort], sort_keys=True).encode()).hexdigest()
         text = content.reply(messages, schema, key, json_object=schema_name == "json_object")
         prompt_tokens = sum(tokens.count(m["content"]) + 4 for m in messages)
+        cap = self._window(endpoint, prompt_tokens, cap)
         level = reasoning.effective_effort(model, effort)
         think = reasoning.reasoning_tokens(level, key, prompt_tokens)
         visible = tokens.count(text)
@@ -273,10 +303,32 @@ class ApiServer(JsonHttpServer):
             st.reasoning_tokens += think
             st.visible_tokens += completion - think
             st.calls.append({"endpoint": endpoint, "model": model, "effort": level, "cap": cap,
-                             "schema": schema_name or None,
+                             "schema": schema_name or None, "schema_bounds": _bounds(schema),
                              "prompt_tokens": prompt_tokens, "reasoning_tokens": think,
                              "visible_tokens": completion - think, "finish": finish})
         return gen
+
+    def _window(self, endpoint: str, prompt: int, cap: int | None) -> int | None:
+        """The context window, enforced as the configured server kind does; the cap it lets through."""
+        w = self.context_window
+        if not w or endpoint != "chat.completions":
+            return cap
+        want = prompt + (cap or 0)
+        if self.context_style == "vllm" and want > w:
+            raise ApiError(400, f"This model's maximum context length is {w} tokens. However, you requested {want} "
+                                f"tokens ({prompt} in the messages, {cap or 0} in the completion). Please reduce the "
+                                "length of the messages or completion.", type_="BadRequestError")
+        if self.context_style == "llamacpp":
+            if prompt >= w:
+                raise ApiError(400, f"the request exceeds the available context size ({prompt} tokens, context {w})",
+                               code="context_length_exceeded")
+            return min(cap, w - prompt) if cap else w - prompt
+        if want > w:
+            raise ApiError(400, f"This model's maximum context length is {w} tokens. However, your messages resulted "
+                                f"in {want} tokens ({prompt} in the messages, {cap or 0} in the completion). Please "
+                                "reduce the length of the messages or completion.", param="messages",
+                           code="context_length_exceeded")
+        return cap
 
     @staticmethod
     def _effort(value: Any, param: str, model: str) -> str | None:
@@ -323,6 +375,9 @@ class ApiServer(JsonHttpServer):
                                 "'max_completion_tokens' instead.", param="max_tokens", code="unsupported_parameter")
         effort = self._effort(req.get("reasoning_effort"), "reasoning_effort", model)
         self._check_openai_reasoning_params(model, req, effort)
+        if messages and REFUSE_MARKER in messages[-1]["content"]:  # Azure's and OpenAI's safety refusals
+            raise ApiError(400, "The response was filtered due to the prompt triggering content management policy.",
+                           param="prompt", code="content_filter")
         schema, schema_name = self._schema(model, req.get("response_format"), "response_format")
         gen = self._generate("chat.completions", model, messages, schema, schema_name,
                              self._cap(req, ("max_tokens", "max_completion_tokens")), effort)
@@ -454,6 +509,15 @@ class ApiServer(JsonHttpServer):
                 "usage": {"prompt_tokens": total, "total_tokens": total}}
 
 
+def _bounds(schema: Any) -> int:
+    """How many ``maxItems``/``maxLength`` bounds a schema carries (what reached the server)."""
+    if isinstance(schema, dict):
+        return sum(1 for k in ("maxItems", "maxLength") if k in schema) + sum(_bounds(v) for v in schema.values())
+    if isinstance(schema, list):
+        return sum(_bounds(v) for v in schema)
+    return 0
+
+
 _EMBED_WORD = re.compile(r"\w+")
 
 
@@ -476,8 +540,14 @@ def main() -> None:
     ap.add_argument("--api-key", default=API_KEY)
     ap.add_argument("--embed-dim", type=int, default=256, help="dimension for embedding models it does not know")
     ap.add_argument("--strict-profile", default="current", choices=("current", "fine-tuned"))
+    ap.add_argument("--context-window", type=int, help="enforce a context window of this many tokens")
+    ap.add_argument("--context-style", default="openai", choices=("openai", "vllm", "llamacpp"))
+    ap.add_argument("--advertise-window", action="store_true", help="list max_model_len in /v1/models (vLLM)")
+    ap.add_argument("--no-json-schema", action="store_true", help="answer json_schema with HTTP 500")
     a = ap.parse_args()
     server = ApiServer(a.port, a.lifetime, a.api_key, a.embed_dim, a.strict_profile)
+    server.context_window, server.context_style = a.context_window, a.context_style
+    server.advertise_window, server.json_schema = a.advertise_window, not a.no_json_schema
     asyncio.run(server.serve(announce=True))
 
 

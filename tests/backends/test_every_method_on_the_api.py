@@ -43,7 +43,9 @@ def _assert_clean(out: Path, api) -> None:
     assert sum(u["reasoning_tokens"] for u in usage if u["status"] == "live") > 0
     md = (out / "report" / "leaderboard.md").read_text()
     assert "DEGRADED (" not in md and "degraded:" not in md and "answer reasoning" in md  # no cell marked
-    assert api.rejections() == []  # no request the API refused (strict schema, embedding limits, parameters)
+    # no request the API refused (strict schema, embedding limits, parameters); the preflight's look for
+    # llama.cpp's /props (the window) is answered 404 here, as by OpenAI's API
+    assert [r for r in api.rejections() if r["endpoint"] != "/props"] == []
     # every artifact recorded its health, and no stage lost anything
     for man in (out / "artifacts").glob("method_*/*/artifact.json"):
         health = json.loads(man.read_text())["stats"]["health"]
