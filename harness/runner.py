@@ -381,8 +381,10 @@ class Runner:
                 if write_manifests:
                     write_manifest(self.out, split)
                 guidance = limit_tasks([by_id[i] for i in split.guidance_ids], self.cfg.guidance_limit, split.seed)
-                tests = limit_tasks(self.bench.select_test([by_id[i] for i in split.test_ids]), self.cfg.limit,
-                                    split.seed)
+                # a field of the wrong type (a difficulty given as text): one line naming the source
+                candidates = [by_id[i] for i in split.test_ids]
+                chosen = self._loaded(sid, "test tasks", lambda _, c=candidates: self.bench.select_test(c))
+                tests = limit_tasks(chosen, self.cfg.limit, split.seed)
                 if not tests:
                     raise ConfigError(f"{self.bench.name}/{sid}: the split of seed {split.seed} has 0 test tasks "
                                       f"({len(tasks)} task(s) in all); nothing could be scored")
