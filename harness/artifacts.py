@@ -9,7 +9,8 @@ An artifact built while another was being built (a method's artifact using the s
 index, SourceLearn's M0 under its final model) is recorded in the outer one's ``uses``, so that
 the runner checks the whole tree before a cell's test phase. Any artifact handed out again
 (``get_or_build`` on a folder that exists) is checked once per process too. A check that fails is
-one line naming the folder and saying how to rebuild it (remove the folder), never a score.
+one line naming the folder and saying how to rebuild it (remove the folder: an artifact whose
+sub-artifact is gone is built again, and builds it), never a score.
 """
 
 from __future__ import annotations
@@ -137,15 +138,19 @@ class ArtifactStore:
     ) -> Path:
         """Return the frozen folder for these inputs, building it (atomically) if absent."""
         final = self.path(kind, inputs)
-        if (final / MANIFEST).exists():
-            self.verify(final)
+        if (final / MANIFEST).exists() and self._complete(final):
             return self._used(final)
         locks = self._building.setdefault(asyncio.get_running_loop(), {})
         async with locks.setdefault(final, asyncio.Lock()):  # concurrent cells share one build
-            if (final / MANIFEST).exists():
-                self.verify(final)
+            if (final / MANIFEST).exists() and self._complete(final):
                 return self._used(final)
             return self._used(await self._build(kind, inputs, final, build))
+
+    def _complete(self, folder: Path) -> bool:
+        """Verified, and every sub-artifact it used is still there: one that was removed (to rebuild it)
+        makes this artifact be built again too, which builds the sub-artifact anew (its calls cached)."""
+        man = self.verify(folder)
+        return all((self.root / str(rel) / MANIFEST).is_file() for rel in man.get("uses") or [])
 
     async def _build(self, kind: str, inputs: dict[str, Any], final: Path,
                      build: Callable[[Path], Awaitable[dict[str, Any] | None]]) -> Path:
