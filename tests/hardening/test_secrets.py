@@ -59,7 +59,7 @@ def leaks(folder: Path, secrets: list[str]) -> list[str]:
 @pytest.mark.slow
 @pytest.mark.parametrize("planted", [PLANTED_KEY, SHORT_KEY], ids=["long_key", "ten_character_key"])
 def test_planted_keys_appear_in_no_file_a_run_writes(tmp_path, fault_server, planted):
-    PLANTED_KEY = planted  # noqa: N806 - the endpoint's key for this case
+    PLANTED_KEY = planted  # the endpoint's key for this case
     need_data("phantomwiki")
     inspect_home = tmp_path / "xdg"
     env = {"FAULT_BASE_URL": fault_server.url, "FAULT_API_KEY": PLANTED_KEY, "OPENAI_API_KEY": OTHER_KEY,
