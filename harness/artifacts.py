@@ -60,7 +60,9 @@ class ArtifactStore:
         # one build per key at a time in this process; asyncio locks belong to one event loop
         self._building: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Path, asyncio.Lock]] = (
             weakref.WeakKeyDictionary())
-        self._verified: set[Path] = set()  # folders checked in this process (an artifact never changes)
+        # folders checked in this process, with their manifests (a frozen artifact does not change; a
+        # method asks for its shared index once per task)
+        self._verified: dict[Path, dict[str, Any]] = {}
         self.broken: list[str] = []  # the first line of every failed check, for the runner to stop on
 
     def key(self, kind: str, inputs: dict[str, Any]) -> str:
@@ -83,17 +85,17 @@ class ArtifactStore:
         """The manifest of ``folder`` once its files hash to what was frozen; a DataError naming the
         folder (and recorded in ``broken``) otherwise."""
         folder = Path(folder)
+        if folder in self._verified:
+            return self._verified[folder]
         try:
             man = self.manifest(folder)
-            if folder in self._verified:
-                return man
             if content_hash(folder) != man.get("content_sha256"):
                 raise DataError(f"{folder}: artifact files changed since they were frozen (content hash mismatch); "
                                 "remove the folder to rebuild it")
         except DataError as e:
             self.broken.append(str(e))
             raise
-        self._verified.add(folder)
+        self._verified[folder] = man
         return man
 
     def verify_tree(self, folder: Path) -> dict[str, Any]:
@@ -188,5 +190,5 @@ class ArtifactStore:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        self._verified.add(final)
+        self._verified[final] = self.manifest(final)  # hashed as it was frozen
         return final
