@@ -17,9 +17,18 @@ from .errors import DataError
 MAX_INPUT_MB_ENV = "SOURCEBENCH_MAX_INPUT_MB"
 DEFAULT_MAX_INPUT_MB = 1024
 # Environment variables whose values are credentials: never written to any file the harness writes.
-# Values shorter than 16 characters are left alone (flags such as ``FOO_KEY=default`` are not keys).
+# The API keys a run uses (``OPENAI_API_KEY``, inspect's ``<SERVICE>_API_KEY`` of the solver, judge and
+# embedder endpoints) are masked from 4 characters on: a 14-character key once went into results,
+# failures and logs. Other credential-like names (``*_TOKEN``, ``*_KEY``, ...) from 16 characters, so
+# that flags such as ``FOO_KEY=default`` are not masked in every text.
 _SECRET_NAME = re.compile(r"(API_KEY|APIKEY|_TOKEN|SECRET|PASSWORD|_KEY)$", re.IGNORECASE)
+_API_KEY_NAME = re.compile(r"(API_KEY|APIKEY)$", re.IGNORECASE)
 _MIN_SECRET_LEN = 16
+_MIN_API_KEY_LEN = 4
+# placeholder keys of local endpoints, and values that are JSON syntax or plain numbers: masking them
+# would rewrite ordinary words and break the JSON lines the runner writes, and they guard nothing
+_NOT_SECRET = re.compile(r"(?i)^(empty|none|null|true|false|dummy|test|local|unused|not-needed|no-key|"
+                         r"[0-9.eE+-]+)$")
 _BEARER = re.compile(r"(?i)\bbearer\s+[A-Za-z0-9._~+/=-]{8,}")
 _URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@:\"']+:[^/\s@\"']+@")  # scheme://user:secret@host
 
@@ -44,11 +53,17 @@ def secret_values() -> list[str]:
         hit = _is_secret_name.get(k)
         if hit is None:
             hit = _is_secret_name[k] = bool(_SECRET_NAME.search(k))
-        if hit and len(v) >= _MIN_SECRET_LEN:
+        if hit and _credential(k, v):
             vals.add(v)
     out = sorted(vals, key=len, reverse=True)
     _secrets_memo = (snap, out)
     return list(out)
+
+
+def _credential(name: str, value: str) -> bool:
+    value = value.strip()
+    least = _MIN_API_KEY_LEN if _API_KEY_NAME.search(name) else _MIN_SECRET_LEN
+    return len(value) >= least and not _NOT_SECRET.match(value)
 
 
 def redact_secrets(text: str, *, bearer: bool = False) -> str:
@@ -84,13 +99,14 @@ def atomic_file(path: Path, *, binary: bool = False, fsync: bool = True) -> Iter
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
-            os.fchmod(f.fileno(), _NEW_FILE_MODE)
-            yield f
-            f.flush()
-            if fsync:
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
+        with named_os_errors(path):
+            with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+                os.fchmod(f.fileno(), _NEW_FILE_MODE)
+                yield f
+                f.flush()
+                if fsync:
+                    os.fsync(f.fileno())
+            os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -120,15 +136,28 @@ def append_jsonl(path: Path, rows: list[dict[str, Any]], *, durable: bool = True
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     data = redact_secrets("".join(json.dumps(r, ensure_ascii=False, default=str) + "\n" for r in rows)).encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    with named_os_errors(path):
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+@contextmanager
+def named_os_errors(path: Path) -> Iterator[None]:
+    """An OSError without a file name (``os.write`` on a full disk: "No space left on device") gets
+    ``path``, so the one-line error says which file could not be written."""
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
+        yield
+    except OSError as e:
+        if e.filename:
+            raise
+        raise OSError(e.errno, e.strerror or str(e), str(path)) from None
 
 
 def read_text(path: Path) -> str:

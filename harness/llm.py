@@ -37,7 +37,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from . import stopping
-from .errors import ConfigError, ModelUnavailableError
+from .errors import ConfigError, DataError, ModelUnavailableError
 from .io import redact_secrets, secret_values
 from .schema_limits import json_schema_model, schema_json, with_bound_words, with_choices, within_limits
 from .token_budget import DEFAULT_CHARS_PER_TOKEN, TEMPLATE_TOKENS
@@ -210,10 +210,23 @@ class CallCache:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._local = threading.local()
-        con = self._connect()
-        with con:
-            con.execute("PRAGMA journal_mode=WAL")
-            con.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL, created REAL)")
+        try:
+            con = self._connect()
+            with con:
+                con.execute("PRAGMA journal_mode=WAL")
+                con.execute("CREATE TABLE IF NOT EXISTS calls (key TEXT PRIMARY KEY, value TEXT NOT NULL, "
+                            "created REAL)")
+                con.execute("SELECT key, value FROM calls LIMIT 1").fetchall()
+        except sqlite3.OperationalError as e:
+            if "locked" in str(e) or "busy" in str(e):
+                raise
+            raise self._corrupt(e) from None
+        except sqlite3.DatabaseError as e:  # "file is not a database", "database disk image is malformed"
+            raise self._corrupt(e) from None
+
+    def _corrupt(self, e: Exception) -> DataError:
+        return DataError(f"{self.path}: the model-call cache is not a readable sqlite database ({e}); move it "
+                         "away (its calls are then made again) and run again")
 
     def _connect(self) -> sqlite3.Connection:
         con, pid = getattr(self._local, "con", None), getattr(self._local, "pid", None)
@@ -224,15 +237,27 @@ class CallCache:
         return con
 
     def get(self, key: str) -> dict[str, Any] | None:
+        """The cached reply, or None: also for a value that is not the JSON object ``put`` writes (an
+        edited or damaged entry is a miss, made again and overwritten, not an error mid-run)."""
         row = self._connect().execute("SELECT value FROM calls WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        if not row:
+            return None
+        try:
+            value = json.loads(row[0])
+        except (TypeError, ValueError):
+            return None
+        if not isinstance(value, dict) or not isinstance(value.get("text"), str) \
+                or not all(isinstance(value.get(k), int) for k in ("input_tokens", "output_tokens")):
+            return None
+        return value
 
     def put(self, key: str, value: dict[str, Any]) -> None:
+        """Store a reply, credentials masked (a server may echo the key in a reply)."""
         con = self._connect()
         with con:
             con.execute(
                 "INSERT OR REPLACE INTO calls (key, value, created) VALUES (?, ?, ?)",
-                (key, json.dumps(value, ensure_ascii=False), time.time()),
+                (key, redact_secrets(json.dumps(value, ensure_ascii=False)), time.time()),
             )
 
 
@@ -668,7 +693,7 @@ class LLM:
                 self.budget.release(booked)  # with no await in between
                 booked = 0.0
         secs = time.perf_counter() - t0
-        text = out.completion or ""
+        text = redact_secrets(out.completion or "")  # as the cache will hold it: a resumed run sees the same
         usage = out.usage
         inp = int(usage.input_tokens) if usage else sum(len(m["content"]) for m in msgs) // 4
         reasoning = int(getattr(usage, "reasoning_tokens", None) or 0) if usage else 0

@@ -20,10 +20,54 @@ def csv_list(s: str) -> list[str]:
 
 
 def seed_list(s: str) -> list[int]:
+    """``--seeds``: a non-empty list of distinct non-negative integers (a repeated seed would write every
+    row twice; a negative one cannot seed numpy's generator)."""
     try:
-        return [int(x) for x in csv_list(s)]
+        seeds = [int(x) for x in csv_list(s)]
     except ValueError:
         raise argparse.ArgumentTypeError(f"--seeds {s!r}: expected comma-separated integers, e.g. 0,1,2") from None
+    try:
+        return check_seeds(seeds, "--seeds")
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def check_seeds(seeds: Any, what: str = "seeds") -> list[int]:
+    """``seeds`` if it is a non-empty list of distinct non-negative integers, else a ConfigError naming ``what``."""
+    if not isinstance(seeds, (list, tuple)) or not seeds:
+        raise ConfigError(f"{what}: expected a non-empty list of distinct non-negative integers, e.g. 0,1,2")
+    bad = [x for x in seeds if isinstance(x, bool) or not isinstance(x, int) or x < 0]
+    if bad:
+        raise ConfigError(f"{what}: {bad[0]!r} is not a non-negative integer")
+    dup = sorted({x for x in seeds if list(seeds).count(x) > 1})
+    if dup:
+        raise ConfigError(f"{what}: seed {dup[0]} given more than once (each seed is one split)")
+    return list(seeds)
+
+
+def non_empty_csv(s: str) -> list[str]:
+    """A comma-separated list that must name something (``--sources ''`` would otherwise mean "all")."""
+    out = csv_list(s)
+    if not out:
+        raise argparse.ArgumentTypeError(f"expected comma-separated names, got {s!r}")
+    return out
+
+
+def finite_float(s: str) -> float:
+    try:
+        x = float(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {s!r}") from None
+    if not math.isfinite(x):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {s!r}")
+    return x
+
+
+def non_negative_float(s: str) -> float:
+    x = finite_float(s)
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"expected a non-negative number, got {s!r}")
+    return x
 
 
 def positive_int(s: str) -> int:
@@ -77,15 +121,24 @@ def method_configs(items: list[str] | None) -> dict[str, dict[str, Any]]:
     """--method-config hybrid_rag.top_k=10  (values parsed as JSON when possible)."""
     out: dict[str, dict[str, Any]] = {}
     for k, v in key_values(items, "--method-config").items():
-        if "." not in k:
+        if "." not in k or not k.split(".", 1)[0] or not k.split(".", 1)[1]:
             raise ConfigError(f"--method-config {k}={v}: expected METHOD.KEY=VALUE")
         m, key = k.split(".", 1)
         try:
             val: Any = json.loads(v)
         except json.JSONDecodeError:
             val = v
+        check_setting_value(f"--method-config {k}", val)
         out.setdefault(m, {})[key] = val
     return out
+
+
+def check_setting_value(where: str, val: Any) -> None:
+    """A method setting that is a number must be finite and non-negative: every numeric method setting
+    is a count, size, share, threshold or weight, and a negative ``top_k`` silently retrieved from the
+    end of the ranking instead of failing."""
+    if isinstance(val, (int, float)) and not isinstance(val, bool) and (not math.isfinite(val) or val < 0):
+        raise ConfigError(f"{where}: expected a finite non-negative number, got {val!r}")
 
 
 def reasoning_tokens(s: str) -> int:
@@ -121,11 +174,11 @@ def add_degradation_arguments(p: argparse.ArgumentParser) -> None:
 
 def add_cost_arguments(p: argparse.ArgumentParser) -> None:
     """``--max-cost`` and the prices it is computed with (run)."""
-    p.add_argument("--max-cost", type=float, metavar="USD", help="stop the run, resumably, before a live model call "
+    p.add_argument("--max-cost", type=non_negative_float, metavar="USD", help="stop the run, resumably, before a live model call "
                    "would take its spending (live calls of this folder, all invocations) past this many dollars; "
                    "needs --price-input and --price-output")
-    p.add_argument("--price-input", type=float, metavar="USD", help="price per million input tokens")
-    p.add_argument("--price-output", type=float, metavar="USD", help="price per million output tokens (visible and "
+    p.add_argument("--price-input", type=non_negative_float, metavar="USD", help="price per million input tokens")
+    p.add_argument("--price-output", type=non_negative_float, metavar="USD", help="price per million output tokens (visible and "
                    "reasoning)")
 
 

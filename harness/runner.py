@@ -45,9 +45,11 @@ from .health import build_health, run_health
 from .io import append_jsonl, atomic_write_json, atomic_write_text, read_json, read_jsonl
 from .llm import LLM, UNLIMITED, CallCache, ModelSpec, UsageLedger
 from .method import Context, LearnContext, Method
+from .options import check_seeds
 from .provenance import command_line, git_commit, package_versions
 from .providers.discovery import ORIGIN_OPTION, discover_context_window
 from .registry import get_benchmark_class, get_method_class
+from .resultrows import read_result_rows
 from .splits import write_manifest
 
 
@@ -97,6 +99,9 @@ class RunConfig:
     # model-call and embedding caches; None: OUT/cache. A folder shared by several runs answers a call
     # that any of them made (same model, settings, messages) without asking the model again
     cache_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        self.seeds = check_seeds(self.seeds, "seeds")
 
     def to_dict(self) -> dict[str, Any]:
         """Every setting, JSON-ready. Saved whole in ``run.json`` so that whatever runs on the folder later
@@ -321,6 +326,9 @@ class Runner:
         if not path.exists():
             return None
         prev = read_json(path)
+        if not isinstance(prev, dict):
+            raise DataError(f"{path}: expected a JSON object, got {type(prev).__name__}; move the file away "
+                            "if this is not a run folder")
         pb = (prev.get("benchmark") or {}).get("name")
         if pb and pb != self.bench.name:
             raise ConfigError(f"{path}: this folder holds a {pb} run; use another --out for {self.bench.name}")
@@ -370,8 +378,9 @@ class Runner:
         return {"live_calls": self.live_calls}
 
     def _done_rows(self) -> set:
-        return {row_key(r) for r in (read_jsonl(self.results_path, tolerate_torn_tail=True)
-                                     if self.results_path.exists() else [])}
+        """Keys of the rows already scored, each row checked (types, ranges, one row per task): a
+        malformed or duplicated row stops the run naming its line instead of counting as done."""
+        return {row_key(r) for r in (read_result_rows(self.results_path) if self.results_path.exists() else [])}
 
     def _pending(self, plans: list, done: set) -> list:
         return [(m, p) for m in self.methods for p in plans
@@ -400,12 +409,22 @@ class Runner:
                 self.unavailable.append({"source": sid, "reason": str(e)})
                 continue
             by_id = {t.id: t for t in tasks}
+            empty = next((t for t in tasks if isinstance(t.reference, list)
+                          and not any(str(x).strip() for x in t.reference)), None)
+            if empty is not None:  # scored against nothing, it would be 0 for every method
+                raise DataError(f"{self.bench.name}/{sid}: task {empty.id} has an empty reference list; fix or "
+                                "remove it in the benchmark's data files")
             for split in self.bench.make_splits(source, tasks, self.cfg.seeds):
                 if write_manifests:
                     write_manifest(self.out, split)
                 guidance = limit_tasks([by_id[i] for i in split.guidance_ids], self.cfg.guidance_limit, split.seed)
-                tests = limit_tasks(self.bench.select_test([by_id[i] for i in split.test_ids]), self.cfg.limit,
-                                    split.seed)
+                # a field of the wrong type (a difficulty given as text): one line naming the source
+                candidates = [by_id[i] for i in split.test_ids]
+                chosen = self._loaded(sid, "test tasks", lambda _, c=candidates: self.bench.select_test(c))
+                tests = limit_tasks(chosen, self.cfg.limit, split.seed)
+                if not tests:
+                    raise ConfigError(f"{self.bench.name}/{sid}: the split of seed {split.seed} has 0 test tasks "
+                                      f"({len(tasks)} task(s) in all); nothing could be scored")
                 plans.append((source, split, guidance, tests))
         return sources, plans
 
@@ -765,7 +784,9 @@ class Runner:
                 i, n = self.cfg.task_shard
                 todo = [t for t in todo if shard_of(t.id, n) == i]
             if todo:
-                self.store.verify(cell.artifact)  # a frozen artifact changed on disk: one-line error, not N failures
+                # the cell's artifact and every sub-artifact it used (a shared index, SourceLearn's M0):
+                # changed on disk, it is a one-line error, never N failed rows or a wrong score
+                self.store.verify_tree(cell.artifact)
                 tasks.append(cell_task(self, cell, todo))
         if not tasks:
             return
@@ -789,6 +810,8 @@ class Runner:
                 ctl_server=False,
             )
         scrub_logs(killed_logs + [log.location for log in logs if log.location])
+        if self.store.broken:  # a sub-artifact first opened while answering failed its check: its tasks
+            raise DataError(self.store.broken[0])  # raised errors (no rows); the run stops naming it
         expected = sum(len(t.dataset) for t in tasks)
         # reading the samples back costs seconds for a big log: only when some task left no row
         errors = ([s.error.message for log in logs for s in (log.samples or []) if s.error]
@@ -829,6 +852,8 @@ class Runner:
         return 2 * self.cfg.max_connections if self.cfg.max_connections else None
 
     def result_row(self, cell: Cell, task: Task, answer: Answer, score: Any) -> dict[str, Any]:
+        if self.store.broken:  # an artifact failed its check while answering: no row (the run stops on it)
+            raise DataError(self.store.broken[0])
         failed = bool(answer.failed or score.failed)
         return {
             "run_id": self.run_id, "benchmark": self.bench.name, "source": cell.source.id,

@@ -68,7 +68,7 @@ class Backend(_Strict):
     judge_model: str | None = None
     embedder: str | None = None  # default: the config's embedder
     max_tokens: int = Field(512, gt=0)
-    temperature: float = 0.0
+    temperature: float = Field(0.0, ge=0.0, allow_inf_nan=False)
     context_window: int | None = Field(None, gt=0)
     reasoning_effort: Effort | None = None  # the solver's; None: the provider's default
     judge_reasoning_effort: Effort | None = None
@@ -251,8 +251,8 @@ class ExperimentConfig(_Strict):
     @field_validator("seeds")
     @classmethod
     def _seeds(cls, v: list[int]) -> list[int]:
-        if not v or len(set(v)) != len(v):
-            raise ValueError("seeds: a non-empty list of distinct integers")
+        if not v or len(set(v)) != len(v) or any(x < 0 for x in v):
+            raise ValueError("seeds: a non-empty list of distinct non-negative integers")
         return v
 
     @model_validator(mode="after")
@@ -323,7 +323,10 @@ def load_config(path: str | Path) -> ExperimentConfig:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: config file not found")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not valid UTF-8 text (byte {e.start})") from None
     try:
         data = tomllib.loads(text) if path.suffix == ".toml" else yaml.safe_load(text)
     except (yaml.YAMLError, tomllib.TOMLDecodeError) as e:

@@ -42,7 +42,7 @@ from sourcebench.harness.method import Command
 from .config import Backend, BenchmarkEntry, ExperimentConfig, load_config
 from .grid import ReportTable, stats_table
 from .leaderboard import write_report
-from .plan import FolderPlan, Variant, cycles_variant, plan, resolve_method
+from .plan import STAGE_METHODS, FolderPlan, Variant, cycles_variant, plan, resolve_method
 from .results import FAILED, INCOMPLETE, NOT_RUN, RAN, Results, cell_key, report_dir, status_path
 
 # ------------------------------------------------------------------------------------ variants
@@ -457,10 +457,55 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def check_methods(cfg: ExperimentConfig, where: str | Path) -> None:
+    """Every method a config names (baseline, method settings, tables) is registered, and every method
+    setting is one its config has: a misspelling would otherwise be a "not run" cell in the report and
+    exit 0 (once the baseline itself did not run)."""
+    import difflib
+
+    from sourcebench.harness.errors import ConfigError
+    from sourcebench.harness.options import check_setting_value
+    from sourcebench.harness.registry import method_names
+
+    known = set(method_names())
+    named: dict[str, str] = {cfg.baseline: "baseline", **{m: f"methods.{m}" for m in cfg.methods}}
+    for tid in cfg.tables.enabled():
+        t = getattr(cfg.tables, tid)
+        for attr in ("methods", "counterparts", "stages", "pathways"):
+            values = getattr(t, attr, None) or []
+            if attr == "stages" and tid in ("table3", "table4", "figure4"):
+                bad = [x for x in values if x not in STAGE_METHODS]
+                if bad:
+                    raise ConfigError(f"{where}: tables.{tid}.stages: unknown stage {bad[0]!r}; known: "
+                                      f"{', '.join(STAGE_METHODS)}")
+                continue
+            for m in values:
+                named.setdefault(m, f"tables.{tid}.{attr}")
+        for attr in ("reference", "method", "m0_method"):
+            if isinstance(getattr(t, attr, None), str):
+                named.setdefault(getattr(t, attr), f"tables.{tid}.{attr}")
+    for m, at in named.items():
+        if m not in known:
+            near = difflib.get_close_matches(m, sorted(known), n=1)
+            raise ConfigError(f"{where}: {at}: unknown method {m!r}" + (f" (did you mean {near[0]!r}?)" if near
+                                                                       else f"; known: {', '.join(sorted(known))}"))
+    for m, entry in cfg.methods.items():
+        cls, _ = resolve_method(m)
+        if cls is None:  # registered but not importable here: "not run" with the reason, as before
+            continue
+        fields = getattr(getattr(cls, "Config", None), "model_fields", None)
+        for key, value in entry.config.items():
+            if fields is not None and key not in fields:
+                raise ConfigError(f"{where}: methods.{m}.config.{key}: unknown setting of {m} (known: "
+                                  f"{', '.join(sorted(fields)) or 'none'})")
+            check_setting_value(f"{where}: methods.{m}.config.{key}", value)
+
+
 def main(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     cfg = load_config(args.config)
+    check_methods(cfg, args.config)
     only = {x.strip() for x in args.only.split(",") if x.strip()} if args.only else None
     unknown = sorted((only or set()) - set(cfg.tables.enabled()))
     if unknown:

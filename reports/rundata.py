@@ -9,14 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from sourcebench.harness.errors import DataError
-from sourcebench.harness.io import iter_jsonl, read_json, require_fields
+from sourcebench.harness.io import iter_jsonl, read_json
+from sourcebench.harness.resultrows import RESULT_KEY, iter_result_rows  # noqa: F401 - RESULT_KEY re-exported
 
 from .stats import sort_key
 
 PHASES = ("learn", "answer", "judge")
-
-
-RESULT_KEY = ("benchmark", "source", "method", "seed", "task_id")
 
 
 @dataclass
@@ -36,9 +34,9 @@ def _optional_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def load_run(run_dir: str | Path) -> RunData:
-    """Read a run folder; result rows are deduplicated on their key, keeping the last one written.
-
-    The last row wins because a resumed or re-scored task appends a newer row after the old one.
+    """Read a run folder. Every result row is checked (types, ranges) and a second row for the same
+    (benchmark, source, method, seed, task) is an error naming both lines: a run appends one row per
+    task, so a duplicate is an edit or a copy, and which of the two counts is not for a report to guess.
     """
     run_dir = Path(run_dir)
     run_path, results_path = run_dir / "run.json", run_dir / "results.jsonl"
@@ -49,14 +47,11 @@ def load_run(run_dir: str | Path) -> RunData:
         raise DataError(f"{run_path}: expected a JSON object, got {type(run).__name__}")
     if not results_path.is_file() and not run.get("unavailable"):  # an unavailable benchmark scores nothing
         raise DataError(f"{results_path}: file not found (no task has been scored yet?)")
-    rows: dict[tuple, dict[str, Any]] = {}
-    for line, row in (iter_jsonl(results_path, tolerate_torn_tail=True) if results_path.is_file() else []):
-        require_fields(results_path, line, row, [*RESULT_KEY, "score"])
-        rows[tuple(row[k] for k in RESULT_KEY)] = row
+    rows = [row for _, row in iter_result_rows(results_path)] if results_path.is_file() else []
     return RunData(
         run_dir=run_dir,
         run=run,
-        results=list(rows.values()),
+        results=rows,
         usage=_optional_jsonl(run_dir / "usage.jsonl"),
         failures=_optional_jsonl(run_dir / "failures.jsonl"),
     )

@@ -7,6 +7,10 @@ SourceBench. Protocol: one JSON object per line on stdin, one JSON reply per lin
 to stderr. Requests: ``api_docs``, ``open {task_id, experiment_name}``, ``execute {code}``,
 ``task_completed``, ``evaluate``, ``close``.
 
+The parent starts it isolated (``environment.WorkerEnvironment.start``: an allow-listed environment
+without the user's keys, a scratch folder as home and working directory, CPU and memory limits, killed
+when a request times out); what that does not cover is listed there.
+
 Code that mentions the built-in documentation app (``api_docs``) is refused: documentation is
 reachable only through the method's documentation channel, which the scaffold answers itself.
 """

@@ -11,11 +11,13 @@ these; ``COMMANDS`` says, for ``sourcebench data``, which command gets each benc
 from __future__ import annotations
 
 import importlib
+import os
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sourcebench.harness.errors import ConfigError
+from sourcebench.harness.errors import ConfigError, DataError
 
 Log = Callable[[str], None]
 
@@ -38,6 +40,27 @@ class FetchReport:
     def summary(self) -> str:
         parts = [f"{len(self.done)} step(s) done now"] + ([f"{len(self.kept)} verified and kept"] if self.kept else [])
         return f"{self.benchmark}: ready in {self.folder} ({', '.join(parts)})"
+
+
+# a setting that becomes a file or folder name: one path component of these characters, not "." or ".."
+_SAFE_COMPONENT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def safe_component(benchmark: str, key: str, value: str) -> str:
+    """``value`` if it is a single safe path component; a ConfigError naming the setting otherwise
+    (``name=../../swe_qa`` once made a fetch delete another benchmark's data)."""
+    if not _SAFE_COMPONENT.match(value) or value in (".", "..") or ".." in value:
+        raise ConfigError(f"data fetch {benchmark}: --opt {key}={value!r}: expected one folder or file name "
+                          "(letters, digits, '.', '_', '-'; no '/', '..' or absolute path)")
+    return value
+
+
+def inside(root: Path, path: Path) -> Path:
+    """``path`` if it resolves inside ``root`` (checked before every write or removal a fetch makes)."""
+    real_root, real = Path(os.path.realpath(root)), Path(os.path.realpath(path))
+    if real != real_root and real_root not in real.parents:
+        raise DataError(f"{path}: outside {root}; refusing to write or remove it")
+    return path
 
 
 def command_for(benchmark: str) -> str:

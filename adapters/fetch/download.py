@@ -18,7 +18,7 @@ from pathlib import Path
 from urllib.error import HTTPError, URLError
 from urllib.request import Request, urlopen
 
-from sourcebench.harness.errors import DataError
+from sourcebench.harness.errors import ConfigError, DataError
 
 from . import FetchReport, Log
 from .manifest import Manifest
@@ -26,6 +26,13 @@ from .manifest import Manifest
 CHUNK = 1 << 16
 TIMEOUT_S = 60.0
 USER_AGENT = "sourcebench-data-fetch"
+# a download without a pinned sha256 is refused unless the user asks for it (``data fetch
+# --allow-unpinned``): its bytes could be anything the server sends today
+ALLOW_UNPINNED_ENV = "SOURCEBENCH_ALLOW_UNPINNED"
+
+
+def unpinned_allowed() -> bool:
+    return os.environ.get(ALLOW_UNPINNED_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,11 @@ def fetch_file(spec: RemoteFile, folder: Path, manifest: Manifest, log: Log) -> 
 
 def download(spec: RemoteFile, dest: Path, log: Log, timeout: float = TIMEOUT_S) -> tuple[str, int, str]:
     """Download ``spec`` to ``dest`` through ``.NAME.part``; (url used, size, sha256) once it checks."""
+    if spec.sha256 is None and not unpinned_allowed():
+        raise ConfigError(f"{spec.path}: no pinned sha256 for {spec.urls[0]}; refusing an unchecked download "
+                          f"(pass --allow-unpinned, or set {ALLOW_UNPINNED_ENV}=1, to accept it)")
+    if Path(spec.path).is_absolute() or ".." in Path(spec.path).parts:
+        raise DataError(f"{spec.path}: a download's path must stay inside the benchmark's folder")
     part = dest.with_name(f".{dest.name}.part")
     dest.parent.mkdir(parents=True, exist_ok=True)
     problems = []

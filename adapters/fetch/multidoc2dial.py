@@ -10,14 +10,13 @@ downloads nothing; the zip itself is deleted once they are in place.
 from __future__ import annotations
 
 import re
-import shutil
 import zipfile
 from pathlib import Path
 
 from sourcebench.harness.errors import DataError
 from sourcebench.harness.io import atomic_file
 
-from . import FetchReport, Log
+from . import FetchReport, Log, inside
 from .download import RemoteFile, fetch_file, matches, sha256_of
 from .manifest import Manifest
 
@@ -32,6 +31,11 @@ ZIP = RemoteFile(
 REQUIRED = ("multidoc2dial_doc.json", "multidoc2dial_dial_train.json", "multidoc2dial_dial_validation.json")
 UNPACKED = "unpacked"  # the manifest step listing the extracted files
 OPTIONS: dict[str, str] = {}
+# extraction caps, relative to the archive's size: no member may unpack to more than 20 times it, nor
+# all of them together to more than 40 times it (for the pinned 6.9 MB zip: 137 MB and 275 MB, room for
+# its JSON files; a crafted 0.31 MB zip once became 315 MB in 2 s)
+MAX_MEMBER_RATIO = 20
+MAX_TOTAL_RATIO = 40
 
 
 def fetch(dest: Path, settings: dict[str, str], log: Log) -> FetchReport:
@@ -63,13 +67,28 @@ def _extract(archive: Path, folder: Path, manifest: Manifest, zip_name: str, log
             if missing:
                 raise DataError(f"{archive}: does not contain {', '.join(missing)}")
             files = {}
+            per_member, total = MAX_MEMBER_RATIO * archive.stat().st_size, MAX_TOTAL_RATIO * archive.stat().st_size
+            if sum(i.file_size for i in members.values()) > total:
+                raise DataError(f"{archive}: its members would unpack to more than {MAX_TOTAL_RATIO} times the "
+                                "archive's size; refusing to extract it")
             for name, info in sorted(members.items()):
-                path = folder / name
+                path = inside(folder, folder / name)
                 with z.open(info) as src, atomic_file(path, binary=True) as out:
-                    shutil.copyfileobj(src, out, 1 << 20)
+                    _copy_capped(src, out, per_member, f"{archive}: member {info.filename}")
                 files[name] = {"member": info.filename, "size": path.stat().st_size, "sha256": sha256_of(path)}
                 log(f"unpacked {path}")
-    except zipfile.BadZipFile as e:
+    except (zipfile.BadZipFile, zipfile.LargeZipFile) as e:
         raise DataError(f"{archive}: not a valid zip ({e})") from None
     manifest.record(UNPACKED, zip=zip_name, zip_sha256=sha256_of(archive), files=files)
     return sorted(files)
+
+
+def _copy_capped(src, out, limit: int, what: str) -> None:
+    """Copy at most ``limit`` bytes: a member's header may understate what it unpacks to."""
+    n = 0
+    while chunk := src.read(1 << 20):
+        n += len(chunk)
+        if n > limit:
+            raise DataError(f"{what} unpacks to more than {MAX_MEMBER_RATIO} times the archive's size; refusing "
+                            "to extract it")
+        out.write(chunk)

@@ -14,7 +14,7 @@ from pathlib import Path
 from sourcebench.adapters.narrativeqa import NarrativeQA, save_snapshot
 from sourcebench.harness.errors import DataError
 
-from . import FetchReport, Log
+from . import FetchReport, Log, inside, safe_component
 from .download import matches
 from .manifest import Manifest
 
@@ -24,9 +24,12 @@ OPTIONS = {
 }
 def fetch(dest: Path, settings: dict[str, str], log: Log) -> FetchReport:
     folder = Path(dest) / "narrativeqa"
+    if "revision" in settings:  # it becomes part of the snapshot's file name
+        safe_component("narrativeqa", "revision", settings["revision"])
     bench = NarrativeQA(data_dir=Path(dest), options=settings)
     report = FetchReport("narrativeqa", folder)
     name = bench.snapshot_name()
+    inside(folder, folder / name)
     rec = Manifest(folder, "narrativeqa", log).get(name) or {}
     if rec.get("sha256") and matches(folder / name, rec["sha256"], rec.get("size")):
         log(f"kept {folder / name} (verified)")

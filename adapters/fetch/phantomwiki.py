@@ -19,7 +19,7 @@ from pathlib import Path
 
 from sourcebench.harness.errors import ConfigError, DataError
 
-from . import FetchReport, Log
+from . import FetchReport, Log, inside, safe_component
 from .download import matches, sha256_of
 from .manifest import Manifest
 from .venv import ensure_venv, find_python, installed_version, python_version, run_logged, venv_python
@@ -60,7 +60,8 @@ def generator_args(settings: dict[str, str]) -> tuple[str, list[str]]:
             "--article-format", "json", "--question-format", "json"]
     if "questions_per_type" in settings:
         args += ["--num-questions-per-type", str(_int(settings, "questions_per_type", 10))]
-    return settings.get("name") or f"depth_{depth}_size_{size}_seed_{seed}", args
+    name = settings.get("name") or f"depth_{depth}_size_{size}_seed_{seed}"
+    return safe_component("phantomwiki", "name", name), args
 
 
 def prerequisites(settings: dict[str, str], need_python: bool = True) -> str | None:
@@ -108,7 +109,8 @@ def fetch(dest: Path, settings: dict[str, str], log: Log) -> FetchReport:
         run_logged([str(python), "-m", "pip", "install", "--disable-pip-version-check", "-q", f"{PACKAGE}=={VERSION}"],
                    None, log)
         report.done.append(f"venv ({PACKAGE} {VERSION})")
-    scratch = folder / ".partial" / name
+    scratch = inside(folder / ".partial", folder / ".partial" / name)
+    inside(folder, out)
     shutil.rmtree(scratch, ignore_errors=True)  # a generation that was interrupted starts over
     scratch.parent.mkdir(parents=True, exist_ok=True)
     run_logged([str(python.parent / "pw-generate"), "--output-dir", str(scratch), *args], None, log)

@@ -33,6 +33,8 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     df.add_argument("--opt", action="append", metavar="KEY=VALUE", help="fetch setting (repeatable), e.g. "
                     "repos=flask,pytest for swe_qa, size=500 for phantomwiki")
     df.add_argument("--seed", help="phantomwiki: the generator's seed (same as --opt seed=N)")
+    df.add_argument("--allow-unpinned", action="store_true", help="accept a download whose sha256 is not pinned "
+                    "(default: refused)")
     df.add_argument("--python", help="phantomwiki: interpreter >= 3.12 for the generator's venv (--opt python=PATH)")
 
     return d
@@ -62,6 +64,10 @@ def fetch(a: argparse.Namespace) -> int:
     for key in ("seed", "python"):
         if getattr(a, key) is not None:
             settings[key] = getattr(a, key)
+    if a.allow_unpinned:  # read by adapters.fetch.download, which the fetch modules call
+        import os
+
+        os.environ["SOURCEBENCH_ALLOW_UNPINNED"] = "1"
     bench = get_benchmark_class(a.benchmark)(data_dir=a.dest)
     report = bench.fetch(a.dest, settings, log=print)
     print(report.summary())

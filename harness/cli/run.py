@@ -12,16 +12,18 @@ from sourcebench.reports.protocols import NEEDS_MODEL, compute, parse_protocols
 from sourcebench.reports.protocols.cli import add_settings as add_protocol_settings
 from sourcebench.reports.protocols.cli import protocol_list, settings_of
 
+from ..errors import ConfigError
 from ..health import EXIT_DEGRADED
 from ..options import (
     REASONING_EFFORTS,
     add_cost_arguments,
     add_degradation_arguments,
     add_reasoning_arguments,
-    csv_list,
+    finite_float,
     guidance_limit,
     key_values,
     method_configs,
+    non_empty_csv,
     non_negative_int,
     positive_int,
     resolve_guidance_limit,
@@ -38,7 +40,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        "the same command resumes an interrupted run; a finished run makes no model calls.",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     r.add_argument("--benchmark", required=True, help="benchmark name (see `sourcebench list`)")
-    r.add_argument("--methods", required=True, type=csv_list, help="comma-separated method names")
+    r.add_argument("--methods", required=True, type=non_empty_csv, help="comma-separated method names")
     r.add_argument("--model", required=True, help="solver model (inspect-ai name), e.g. local/smollm2")
     r.add_argument("--judge-model", help="judge model for LLM-judged benchmarks (default: the solver model)")
     r.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="split seeds (default 0,1,2)")
@@ -47,7 +49,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="guidance tasks per source and seed (seeded subset), or 'all'. Default: all, except that "
                    "with --limit N it is ceil(3N/7), the split's own 30:70 ratio, so that a quick run is quick "
                    "for methods that learn from guidance too")
-    r.add_argument("--sources", type=csv_list, help="comma-separated source ids (default: all)")
+    r.add_argument("--sources", type=non_empty_csv, help="comma-separated source ids (default: all)")
     r.add_argument("--out", type=Path, help="output folder (default runs/<benchmark>-<model>)")
     r.add_argument("--data-dir", type=Path, help="folder holding benchmark data (default: $SOURCEBENCH_DATA_DIR, "
                    "./data, ../shared/data)")
@@ -59,7 +61,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     r.add_argument("--embedder", default="auto", help="auto (local MiniLM if installed, else hash), local, hash, "
                    "openai/<model>")
     r.add_argument("--max-tokens", type=positive_int, default=512, help="max output tokens per call (default 512)")
-    r.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default 0)")
+    r.add_argument("--temperature", type=non_negative_temperature, default=0.0, help="sampling temperature (default 0)")
     r.add_argument("--context-window", type=positive_int, help="solver context window in tokens; longer prompts are "
                    "scored failures (default: known for local models)")
     r.add_argument("--reasoning-effort", choices=REASONING_EFFORTS,
@@ -102,13 +104,32 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     return r
 
 
+def non_negative_temperature(s: str) -> float:
+    x = finite_float(s)
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"expected a temperature >= 0, got {s!r}")
+    return x
+
+
+def check_arguments(a: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Checks across options, before anything is loaded; returns the parsed method configs."""
+    configs = method_configs(a.method_config)
+    for name, values in configs.items():
+        if name not in a.methods:
+            key = next(iter(values))
+            raise ConfigError(f"--method-config {name}.{key}: method '{name}' is not in --methods "
+                              f"({', '.join(a.methods)})")
+    return configs
+
+
 def run(a: argparse.Namespace) -> int:
+    configs = check_arguments(a)
     out = a.out or Path("runs") / f"{a.benchmark}-{a.model.replace('/', '_')}"
     display = a.display or ("plain" if sys.stdout.isatty() else "none")
     cfg = RunConfig(benchmark=a.benchmark, methods=a.methods, model=a.model, judge_model=a.judge_model,
                     seeds=a.seeds, limit=a.limit, guidance_limit=resolve_guidance_limit(a.limit, a.guidance_limit),
                     sources=a.sources, out=out,
-                    data_dir=a.data_dir, options=key_values(a.opt, "--opt"), method_configs=method_configs(a.method_config),
+                    data_dir=a.data_dir, options=key_values(a.opt, "--opt"), method_configs=configs,
                     embedder=a.embedder, max_tokens=a.max_tokens, temperature=a.temperature,
                     context_window=a.context_window, reasoning_effort=a.reasoning_effort,
                     judge_reasoning_effort=a.judge_reasoning_effort,

@@ -421,3 +421,72 @@ def test_fetch_command_prints_the_steps_and_where_runs_find_it(server, tmp_path,
     assert f"runs find it with --data-dir {tmp_path}" in out
     assert main_fetch(tmp_path, "apibench") == 0
     assert "(0 step(s) done now, 4 verified and kept)" in capsys.readouterr().out
+
+
+# -- settings that become paths, archive size, unpinned downloads ----------------------------------------
+def test_phantomwiki_name_that_climbs_out_deletes_and_moves_nothing(fake_generator, tmp_path):
+    # what an interrupted generation under the name leaves: <dest>/phantomwiki/.partial/../../swe_qa = <dest>/swe_qa
+    other = tmp_path / "swe_qa"
+    other.mkdir()
+    (other / "flask.jsonl").write_text("{}\n")
+    (tmp_path / "phantomwiki" / ".partial").mkdir(parents=True)
+    for bad in ("../../swe_qa", "../swe_qa", str(tmp_path / "elsewhere"), "..", "a/b", ".hidden", "x..y"):
+        with pytest.raises(ConfigError, match=r"--opt name=.*expected one folder or file name"):
+            run_fetch("phantomwiki", tmp_path, {"name": bad}, quiet)
+    assert (other / "flask.jsonl").read_text() == "{}\n"
+    assert not (tmp_path / "elsewhere").exists()
+    cmds, _ = fake_generator
+    assert cmds == []  # refused before anything ran
+
+
+def test_narrativeqa_revision_is_one_path_component(fake_hub, tmp_path):
+    for bad in ("../../../../", "/etc", "main/../../x"):
+        with pytest.raises(ConfigError, match=r"data fetch narrativeqa: --opt revision="):
+            run_fetch("narrativeqa", tmp_path / "data", {"revision": bad}, quiet)
+    assert fake_hub == [] and not (tmp_path / "data").exists()
+
+
+def test_inside_refuses_paths_that_leave_the_folder(tmp_path):
+    from sourcebench.adapters.fetch import inside
+
+    assert inside(tmp_path, tmp_path / "a" / "b") == tmp_path / "a" / "b"
+    (tmp_path / "link").symlink_to(tmp_path.parent)
+    for bad in (tmp_path / ".." / "x", tmp_path / "link" / "x", Path("/etc/passwd")):
+        with pytest.raises(DataError, match="outside"):
+            inside(tmp_path, bad)
+
+
+def test_a_zip_member_that_unpacks_far_beyond_the_archive_is_refused(server, tmp_path, monkeypatch):
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in multidoc2dial.REQUIRED:
+            z.writestr(f"multidoc2dial/{name}", b"{}")
+        z.writestr("multidoc2dial/multidoc2dial_bomb.json", b"0" * 20_000_000)  # ~20 kB compressed
+    body = buf.getvalue()
+    assert len(body) < 100_000
+    monkeypatch.setattr(multidoc2dial, "ZIP", RemoteFile("multidoc2dial.zip", (server.add("/b.zip", body),),
+                                                         hashlib.sha256(body).hexdigest(), len(body)))
+    with pytest.raises(DataError, match=r"multidoc2dial.zip: .*more than 40 times the archive's size"):
+        run_fetch("multidoc2dial", tmp_path, {}, quiet)
+    folder = tmp_path / "multidoc2dial"
+    assert not (folder / "multidoc2dial_bomb.json").exists() and not list(folder.glob(".*.tmp"))
+
+
+def test_a_member_whose_header_understates_its_size_is_cut_off(tmp_path):
+    from sourcebench.adapters.fetch.multidoc2dial import _copy_capped
+
+    out = io.BytesIO()
+    with pytest.raises(DataError, match="member m unpacks to more than"):
+        _copy_capped(io.BytesIO(b"x" * (3 << 20)), out, 1 << 20, "a.zip: member m")
+    assert len(out.getvalue()) <= 1 << 20
+
+
+def test_an_unpinned_download_is_refused_unless_asked_for(server, tmp_path, monkeypatch):
+    spec = RemoteFile("f.bin", (server.add("/u.bin", b"anything"),))
+    monkeypatch.delenv("SOURCEBENCH_ALLOW_UNPINNED", raising=False)
+    with pytest.raises(ConfigError, match=r"f.bin: no pinned sha256 .*--allow-unpinned"):
+        fetch_file(spec, tmp_path, Manifest(tmp_path, "t"), quiet)
+    assert server.requests == [] and not (tmp_path / "f.bin").exists()
+    monkeypatch.setenv("SOURCEBENCH_ALLOW_UNPINNED", "1")
+    assert fetch_file(spec, tmp_path, Manifest(tmp_path, "t"), quiet) is True
+    assert (tmp_path / "f.bin").read_bytes() == b"anything"

@@ -131,6 +131,57 @@ def _tamper_artifact(out: Path) -> None:
     (folder / "tampered.txt").write_text("changed after freezing")
 
 
+def _edit_first_row(**changes):
+    def mutate(out: Path) -> None:
+        lines = (out / "results.jsonl").read_text().splitlines(keepends=True)
+        lines[0] = json.dumps({**json.loads(lines[0]), **changes}) + "\n"
+        (out / "results.jsonl").write_text("".join(lines))
+    return mutate
+
+
+def _duplicate_first_row(out: Path) -> None:
+    lines = (out / "results.jsonl").read_text().splitlines(keepends=True)
+    (out / "results.jsonl").write_text("".join(lines + lines[:1]))
+
+
+def _manifest_a_list(out: Path) -> None:
+    folder = next(p for p in (out / "artifacts").glob("method_no_source/*") if (p / "artifact.json").exists())
+    (folder / "artifact.json").write_text("[1, 2]")
+
+
+def _corrupt_cache(tmp: Path, out: Path) -> list[str]:
+    (out / "cache").mkdir(parents=True)
+    (out / "cache" / "llm_calls.sqlite").write_bytes(b"this is not an sqlite database, it was overwritten" * 40)
+    return run(out, pw_data(tmp))
+
+
+# -- reproduce configs: a small valid config, one field broken -----------------------------------
+CONFIG = {"name": "bad", "output": "runs/bad", "seeds": [0], "limit": 2, "embedder": "hash",
+          "backends": [{"id": "scripted", "model": "scripted/extractive"}],
+          "benchmarks": [{"id": "phantomwiki"}],
+          "methods": {"hybrid_rag": {"config": {"top_k": 4}}},
+          "tables": {"table1": {"methods": ["hybrid_rag", "no_source"]}}}
+
+
+def _config(change: Callable[[dict], None] | None = None, raw: bytes | None = None, suffix: str = ".yaml"):
+    def args(tmp: Path, out: Path) -> list[str]:
+        import copy
+
+        import yaml
+
+        cfg = copy.deepcopy(CONFIG)
+        if change:
+            change(cfg)
+        path = tmp / f"exp{suffix}"
+        path.write_bytes(raw if raw is not None else yaml.safe_dump(cfg).encode())
+        return ["reproduce", str(path), "--out", str(out / "repro"), "--render-only"]
+    return args
+
+
+def _fetch(bench: str, *opts: str):
+    return lambda tmp, out: ["data", "fetch", bench, "--dest", str(tmp / "data"), *[x for o in opts for x in ("--opt", o)]]
+
+
 NON_UTF8 = b'[{"title": "Ann \xff\xfe Lee", "article": "x"}]'
 BIG = b"[" + b'{"title": "x", "article": "' + b"a" * (2 * 2**20) + b'"}]'
 pw_art = ARTICLES
@@ -223,6 +274,73 @@ CASES = [
     Case("folder_of_another_model", _opt(model="scripted/other"), "this folder holds a run with model", "run.json"),
     Case("frozen_artifact_tampered", _folder(_tamper_artifact, "--limit", "3"), "content hash mismatch",
          "method_no_source"),
+    # -- seeds, numbers and names that were accepted silently ------------------------------------------
+    Case("seeds_duplicate", _opt("--seeds", "0,0"), "--seeds: seed 0 given more than once"),
+    Case("seeds_empty", _opt("--seeds", ""), "--seeds: expected a non-empty list"),
+    Case("seeds_only_commas", _opt("--seeds", ",,"), "--seeds: expected a non-empty list"),
+    Case("seeds_negative", _opt("--seeds=-1"), "--seeds: -1 is not a non-negative integer"),
+    Case("temperature_nan", _opt("--temperature", "nan"), "--temperature: expected a finite number"),
+    Case("temperature_infinite", _opt("--temperature", "inf"), "--temperature: expected a finite number"),
+    Case("temperature_negative", _opt("--temperature=-0.5"), "--temperature: expected a temperature >= 0"),
+    Case("max_cost_negative", _opt("--max-cost=-1"), "--max-cost: expected a non-negative number"),
+    Case("price_input_negative", _opt("--price-input=-2", "--price-output", "1"),
+         "--price-input: expected a non-negative number"),
+    Case("price_output_nan", _opt("--price-input", "1", "--price-output", "nan"),
+         "--price-output: expected a finite number"),
+    Case("sources_empty", _opt("--sources", ""), "--sources: expected comma-separated names"),
+    Case("methods_empty", _opt(methods=","), "--methods: expected comma-separated names"),
+    Case("method_config_for_method_not_run", _opt("--method-config", "hybrid_rag.top_k=3"),
+         "--method-config hybrid_rag.top_k: method 'hybrid_rag' is not in --methods"),
+    Case("method_config_negative_top_k", _opt("--method-config", "hybrid_rag.top_k=-5", methods="hybrid_rag"),
+         "--method-config hybrid_rag.top_k: expected a finite non-negative number, got -5"),
+    Case("method_config_nan", _opt("--method-config", "hybrid_rag.top_k=NaN", methods="hybrid_rag"),
+         "--method-config hybrid_rag.top_k: expected a finite non-negative number"),
+    Case("method_config_empty_key", _opt("--method-config", "hybrid_rag.=3", methods="hybrid_rag"),
+         "expected METHOD.KEY=VALUE"),
+    # -- data that scored 0 or nothing without a word ------------------------------------------------
+    Case("question_empty_answer_list", _pw(questions=dumps([{**pw_q[0], "answer": []}] + pw_q[1:])),
+         "phantomwiki/w: task q0 has an empty reference list"),
+    Case("question_difficulty_a_string",
+         _pw(None, dumps([{**q, "difficulty": "two"} for q in pw_q]), "--opt", "max_difficulty=2"),
+         "phantomwiki/w: cannot load the test tasks"),
+    Case("split_with_no_test_task", _opt("--opt", "max_difficulty=0"), "has 0 test tasks"),
+    # -- the run folder, read back -------------------------------------------------------------------
+    Case("results_score_a_string", _folder(_edit_first_row(score="0.9")),
+         "results.jsonl:1: field score must be a number between 0 and 1, got '0.9'"),
+    Case("results_score_out_of_range", _folder(_edit_first_row(score=1.5)), "results.jsonl:1: field score"),
+    Case("results_seed_negative", _folder(_edit_first_row(seed=-1)), "results.jsonl:1: field seed"),
+    Case("results_failed_not_a_bool", _folder(_edit_first_row(failed="no")), "results.jsonl:1: field failed"),
+    Case("results_duplicated_line", _folder(_duplicate_first_row), "results.jsonl:3: duplicate result row"),
+    Case("run_json_a_list", _folder(lambda out: (out / "run.json").write_text("[1, 2]")),
+         "expected a JSON object, got list", "run.json"),
+    Case("artifact_manifest_a_list", _folder(_manifest_a_list, "--limit", "3"), "artifact.json: expected a JSON object"),
+    Case("call_cache_corrupt", _corrupt_cache, "the model-call cache is not a readable sqlite database",
+         "llm_calls.sqlite", guarded=False),
+    # -- reproduce configs ---------------------------------------------------------------------------
+    Case("config_not_utf8", _config(raw=b"name: b\xff\xfead\n"), "not valid UTF-8", "exp.yaml", guarded=False),
+    Case("config_seeds_negative", _config(lambda c: c.update(seeds=[-1])), "seeds", "exp.yaml", guarded=False),
+    Case("config_seeds_duplicate", _config(lambda c: c.update(seeds=[1, 1])), "distinct", "exp.yaml", guarded=False),
+    Case("config_temperature_nan", _config(lambda c: c["backends"][0].update(temperature=float("nan"))),
+         "backends.0.temperature", "exp.yaml", guarded=False),
+    Case("config_method_misspelled", _config(lambda c: c["tables"]["table1"].update(methods=["hybrid_rg"])),
+         "tables.table1.methods: unknown method 'hybrid_rg' (did you mean 'hybrid_rag'?)", "exp.yaml", guarded=False),
+    Case("config_baseline_misspelled", _config(lambda c: c.update(baseline="hybridrag")),
+         "baseline: unknown method 'hybridrag'", "exp.yaml", guarded=False),
+    Case("config_method_setting_unknown", _config(lambda c: c["methods"]["hybrid_rag"]["config"].update(topk=3)),
+         "methods.hybrid_rag.config.topk: unknown setting of hybrid_rag", "exp.yaml", guarded=False),
+    Case("config_method_setting_negative", _config(lambda c: c["methods"]["hybrid_rag"]["config"].update(top_k=-5)),
+         "methods.hybrid_rag.config.top_k: expected a finite non-negative number", "exp.yaml", guarded=False),
+    Case("config_unknown_stage", _config(lambda c: c["tables"].update(table3={"stages": ["M9"]})),
+         "tables.table3.stages: unknown stage 'M9'", "exp.yaml", guarded=False),
+    # -- data fetch settings that became paths -------------------------------------------------------
+    Case("fetch_name_climbs_out", _fetch("phantomwiki", "name=../../swe_qa"), "--opt name='../../swe_qa'",
+         guarded=False),
+    Case("fetch_name_absolute", _fetch("phantomwiki", "name=/tmp/elsewhere"), "--opt name='/tmp/elsewhere'",
+         guarded=False),
+    Case("fetch_name_dot_dot", _fetch("phantomwiki", "name=.."), "expected one folder or file name", guarded=False),
+    Case("fetch_revision_climbs_out", _fetch("narrativeqa", "revision=../../../../"), "--opt revision=",
+         guarded=False),
+    Case("fetch_unknown_setting", _fetch("phantomwiki", "colour=blue"), "unknown setting(s) colour", guarded=False),
     Case("out_is_a_file", lambda tmp, out: (shutil.rmtree(out), out.write_text("not a folder"),
                                             run(out, pw_data(tmp)))[-1], "not a directory", "--out"),
 ]
@@ -248,7 +366,7 @@ def finished_run(tmp_path_factory) -> Path:
 
 
 def test_the_table_is_large_enough():
-    assert len(CASES) >= 30 and len({c.id for c in CASES}) == len(CASES)
+    assert len(CASES) >= 60 and len({c.id for c in CASES}) == len(CASES)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])

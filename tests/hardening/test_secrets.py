@@ -20,6 +20,7 @@ from tests.conftest import need_data
 from tests.hardening.common import PLANTED_KEY, pw_args, rows, run_sub
 
 OTHER_KEY = "sk-proj-planted-openai-9d8c7b6a5f4e3d2c1b0a"
+SHORT_KEY = "sk-XYZ7q9w"  # 10 characters: keys of any length from 4 on are masked
 
 
 def texts_of(path: Path) -> list[str]:
@@ -56,7 +57,9 @@ def leaks(folder: Path, secrets: list[str]) -> list[str]:
 
 
 @pytest.mark.slow
-def test_planted_keys_appear_in_no_file_a_run_writes(tmp_path, fault_server):
+@pytest.mark.parametrize("planted", [PLANTED_KEY, SHORT_KEY], ids=["long_key", "ten_character_key"])
+def test_planted_keys_appear_in_no_file_a_run_writes(tmp_path, fault_server, planted):
+    PLANTED_KEY = planted  # the endpoint's key for this case
     need_data("phantomwiki")
     inspect_home = tmp_path / "xdg"
     env = {"FAULT_BASE_URL": fault_server.url, "FAULT_API_KEY": PLANTED_KEY, "OPENAI_API_KEY": OTHER_KEY,

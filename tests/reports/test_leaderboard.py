@@ -89,7 +89,7 @@ def make_run(tmp_path: Path) -> Path:
         ),
         encoding="utf-8",
     )
-    rows = [_row("no_source", "s1", 0, 0, 0.0)]  # superseded by the later row for the same key
+    rows = []
     for method, table in SCORES.items():
         for (src, seed), scores in table.items():
             rows += [_row(method, src, seed, i, float(s)) for i, s in enumerate(scores)]
@@ -144,14 +144,15 @@ def make_run(tmp_path: Path) -> Path:
     return run
 
 
-def test_load_run_dedupes_tolerates_torn_tail_and_names_missing_files(tmp_path):
+def test_load_run_tolerates_torn_tail_refuses_duplicates_and_names_missing_files(tmp_path):
     run = make_run(tmp_path)
     data = load_run(run)
     assert len(data.results) == 20 + 2
-    t0 = [
-        r for r in data.results if r["method"] == "no_source" and r["task_id"] == "s1-t0" and r["seed"] == 0
-    ]
-    assert [r["score"] for r in t0] == [1.0]  # the last row for the key wins
+    lines = (run / "results.jsonl").read_text().splitlines(keepends=True)
+    (run / "results.jsonl").write_text(lines[0] + "".join(lines))  # the first row written twice
+    with pytest.raises(DataError, match=r"results.jsonl:2: duplicate result row .* as line 1"):
+        load_run(run)
+    (run / "results.jsonl").write_text("".join(lines))
     (run / "usage.jsonl").unlink()
     assert load_run(run).usage == []
     (run / "results.jsonl").unlink()
