@@ -463,9 +463,14 @@ def _init_error(e: BaseException, name: str) -> str:
 # error or refusal (HTTP 400 ``context_length_exceeded``, ``content_filter``, an "input length" error)
 # into an output whose text is the provider's error message
 _NOT_AN_ANSWER = {"model_length": "context_overflow", "content_filter": "refused"}
-# characters per token assumed to pre-check a prompt against a declared window when the provider does
-# not count tokens: SmolLM2 makes about 2.8 on code and 3.1 on APIBench, English prose on API models 4
+# characters per token assumed for the room a prompt leaves in a declared window (the output cap sent)
+# when the provider does not count tokens: SmolLM2 makes about 2.8 on code and 3.1 on APIBench, English
+# prose on API models 4; the lower figure leaves the reply room on every tokenizer seen
 PRECHECK_CHARS_PER_TOKEN = 3.0
+# a prompt is refused without a call only when it is over the window at the ratio methods budget their
+# prompts with (chars / 4): what a method fitted is always sent, and the server's own overflow error, when
+# the prompt is over in its tokens, is a failure naming the window (never an answer, never cached)
+REFUSE_CHARS_PER_TOKEN = DEFAULT_CHARS_PER_TOKEN
 # a context-window error that reached this layer as an exception
 _CONTEXT_ERROR = re.compile(r"context_length_exceeded|maximum context length|exceeds? the (available )?context size",
                             re.IGNORECASE)
@@ -634,7 +639,7 @@ class LLM:
                                   stop_reason=hit.get("stop_reason", ""), reasoning_tokens=reasoning, cap=cap)
         window = self.spec.effective_context_window()
         if window and not self._counts_exactly():  # an exact provider reports an overflow itself
-            est = int(sum(len(m["content"]) for m in msgs) / PRECHECK_CHARS_PER_TOKEN)
+            est = int(sum(len(m["content"]) for m in msgs) / REFUSE_CHARS_PER_TOKEN)
             if est >= window:  # over: do not spend a call
                 err = f"context_overflow: prompt of ~{est:,} tokens exceeds the {_window_words(self.spec)}"
                 self.ledger.add_failure(method, phase, stage, err)

@@ -44,6 +44,9 @@ class RemoteFile:
     urls: tuple[str, ...]
     sha256: str | None = None
     size: int | None = None
+    # where no sha256 can be pinned in advance, how the caller checks the content instead (e.g. the commit
+    # id a git archive carries): such a download is checked, not refused as unpinned
+    checked_by: str = ""
 
 
 class _NetError(Exception):
@@ -83,7 +86,7 @@ def fetch_file(spec: RemoteFile, folder: Path, manifest: Manifest, log: Log) -> 
 
 def download(spec: RemoteFile, dest: Path, log: Log, timeout: float = TIMEOUT_S) -> tuple[str, int, str]:
     """Download ``spec`` to ``dest`` through ``.NAME.part``; (url used, size, sha256) once it checks."""
-    if spec.sha256 is None and not unpinned_allowed():
+    if spec.sha256 is None and not spec.checked_by and not unpinned_allowed():
         raise ConfigError(f"{spec.path}: no pinned sha256 for {spec.urls[0]}; refusing an unchecked download "
                           f"(pass --allow-unpinned, or set {ALLOW_UNPINNED_ENV}=1, to accept it)")
     if Path(spec.path).is_absolute() or ".." in Path(spec.path).parts:

@@ -77,7 +77,8 @@ def archive_spec(name: str) -> RemoteFile:
     manifest records them, and the commit id inside is what is checked)."""
     url, commit = REPOS[name]
     owner_repo = url.removeprefix("https://github.com/").removesuffix(".git")
-    return RemoteFile(f"archives/{name}-{commit}.tar.gz", (f"{CODELOAD}/{owner_repo}/tar.gz/{commit}",))
+    return RemoteFile(f"archives/{name}-{commit}.tar.gz", (f"{CODELOAD}/{owner_repo}/tar.gz/{commit}",),
+                      checked_by="the commit id in the archive's pax header must be the pin")
 
 
 def archive_commit(path: Path) -> str:

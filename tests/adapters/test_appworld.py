@@ -327,7 +327,7 @@ def test_a_growing_conversation_drops_its_oldest_exchanges(tmp_path, monkeypatch
     scripted.set_script(lambda msgs, schema: "```python\nprint(1)\n```")
     first = instruction_messages(env.info, env.info.instruction, "")
     est0 = sum(len(m["content"]) for m in first) // 4
-    window = int((est0 + 16 + 700) / 1.5)  # room for one exchange, not for two
+    window = est0 + 700  # room for one exchange (~520 tokens at chars / 4), not for two
     llm = make_llm(tmp_path, context_window=window, max_tokens=16)
     agent = ReActAgent(llm.bind("m", "answer"), DocumentationChannel(task(), None, [], ""), max_steps=5)
     res = asyncio.run(agent.run(env))

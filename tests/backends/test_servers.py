@@ -92,13 +92,17 @@ def test_the_window_is_discovered_from_vllm_and_llama_cpp(api_env):
     assert discover_context_window(PLAIN, api_env.url) == (4096, ORIGIN_PROPS)
 
 
-def test_a_known_window_prechecks_with_a_conservative_estimate(api_env, tmp_path):
-    """~2.8 characters a token (SmolLM2 on code): chars / 4 let a 2,300-token prompt through at 2,048."""
+def test_a_known_window_prechecks_a_prompt_over_it_at_the_methods_budget_ratio(api_env, tmp_path):
+    """A prompt over the window at chars / 4 (the ratio methods budget with) is refused without a call;
+    one that fits at chars / 4 is sent, and the server's own overflow error decides (a failure then)."""
     llm = make(tmp_path, context_window=2048, context_window_origin="--context-window")
-    prompt = "x = foo(bar[1], baz)\n" * 310  # 6,510 characters
+    prompt = "x = foo(bar[1], baz)\n" * 420  # 8,820 characters: ~2,205 tokens at chars / 4
     res = run(llm.generate(prompt, method="m", phase="answer", max_tokens=64))
     assert res.failed and "2,048-token context window, --context-window" in res.error
     assert chat_calls(api_env) == []  # no call spent
+    fits = "x = foo(bar[1], baz)\n" * 300  # 6,300 characters: ~1,575 at chars / 4
+    run(llm.generate(fits, method="m", phase="answer", max_tokens=64))
+    assert len(chat_calls(api_env)) == 1
 
 
 def test_a_reasoning_allowance_fits_the_window():

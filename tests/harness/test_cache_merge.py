@@ -14,10 +14,15 @@ from sourcebench.harness.errors import ConfigError
 from sourcebench.harness.llm import CallCache
 
 
+def _reply(text: str) -> dict:
+    """A cached reply as the model layer stores one."""
+    return {"text": text, "input_tokens": 1, "output_tokens": 1}
+
+
 def _cache(folder, calls: dict[str, str], vectors: dict[str, list[float]] | None = None):
     c = CallCache(folder / "llm_calls.sqlite")
     for k, v in calls.items():
-        c.put(k, {"text": v})
+        c.put(k, _reply(v))
     if vectors:
         EmbeddingCache(folder / "embeddings.sqlite").put_many("emb", list(vectors), np.array(list(vectors.values())))
     return folder
@@ -34,12 +39,12 @@ def test_merge_is_a_union_that_keeps_existing_entries(tmp_path):
     assert by[("embeddings.sqlite", "a")] == (1, 1)
     assert by[("embeddings.sqlite", "cache")] == (2, 1)
     merged = CallCache(dest / "llm_calls.sqlite")
-    assert merged.get("k1") == {"text": "one"} and merged.get("k2") == {"text": "two"}
-    assert merged.get("shared") == {"text": "from dest"}  # never overwritten
+    assert merged.get("k1") == _reply("one") and merged.get("k2") == _reply("two")
+    assert merged.get("shared") == _reply("from dest")  # never overwritten
     vecs = EmbeddingCache(dest / "embeddings.sqlite").get_many("emb", ["t1", "t2"])
     assert vecs["t1"].tolist() == [1.0, 0.0] and vecs["t2"].tolist() == [0.0, 1.0]
     # the sources are untouched
-    assert CallCache(b / "llm_calls.sqlite").get("shared") == {"text": "from b"}
+    assert CallCache(b / "llm_calls.sqlite").get("shared") == _reply("from b")
     # merging again adds nothing
     assert all(c.added == 0 for c in merge_caches([a, b], dest))
 
@@ -65,7 +70,7 @@ def test_cli_merge_prints_counts_and_a_bad_source_is_one_line(tmp_path, capsys):
     assert main(["cache", "merge", str(a), "--into", str(tmp_path / "pool")]) == 0
     out = capsys.readouterr().out
     assert "1 entries, 1 new" in out and "--cache-dir" in out
-    assert json.loads(json.dumps(CallCache(tmp_path / "pool" / "llm_calls.sqlite").get("k1"))) == {"text": "one"}
+    assert json.loads(json.dumps(CallCache(tmp_path / "pool" / "llm_calls.sqlite").get("k1"))) == _reply("one")
     assert main(["cache", "merge", str(tmp_path / "nope"), "--into", str(tmp_path / "pool")]) != 0
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "nope" in err
