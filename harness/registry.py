@@ -12,8 +12,11 @@ been pip-installed.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.metadata
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
@@ -120,3 +123,67 @@ def command_targets() -> dict[str, Any]:
 def resolve(target: Any) -> Any:
     """A registry target (``module:attr`` string, entry point, or object) as the object it names."""
     return _resolve(target)
+
+
+# -- the code a method runs -----------------------------------------------------------------------
+
+_SHARED_METHOD_MODULES = ("__init__.py", "evidence.py")  # what every built-in method may call in methods/
+
+
+def method_code(cls: Any) -> dict[str, Any]:
+    """A hash of the code ``cls`` runs and its package version: what the artifact key and every result
+    row record, so that edited code is never answered by an artifact or a row of the old code.
+
+    A built-in method: its module (or its package folder) under ``sourcebench.methods`` plus the shared
+    ``methods/__init__.py`` and ``methods/evidence.py``; another package installed as a distribution
+    whose file list is known: that distribution's files; otherwise every file of the top-level package
+    folder (or the single module file) the class comes from. Version: the distribution's, else the
+    method's own ``version``."""
+    return _method_code(cls.__module__, str(getattr(cls, "version", "")))
+
+
+def _method_code(module: str, method_version: str) -> dict[str, Any]:
+    import sys
+
+    mod = sys.modules.get(module) or importlib.import_module(module)
+    file = Path(getattr(mod, "__file__", "") or "")
+    top = module.split(".")[0]
+    files: list[Path] = []
+    package, version = None, method_version
+    if module.startswith("sourcebench.methods."):
+        methods_dir = Path(importlib.import_module("sourcebench.methods").__file__).parent
+        unit = methods_dir / module.split(".")[2]
+        files = _tree(unit) if unit.is_dir() else [unit.with_suffix(".py")]
+        files += [methods_dir / f for f in _SHARED_METHOD_MODULES]
+        package, version = "sourcebench", _dist_version("sourcebench") or method_version
+    else:
+        for dist in importlib.metadata.packages_distributions().get(top, []):
+            d = importlib.metadata.distribution(dist)
+            package, version = d.metadata["Name"] or dist, d.version
+            listed = [Path(d.locate_file(f)) for f in (d.files or []) if _is_code_file(str(f))]
+            files = [f for f in listed if f.is_file()]
+            break
+        if not files and file.name:
+            files = _tree(file.parent) if file.name == "__init__.py" and "." not in module else (
+                _tree(Path(importlib.import_module(top).__file__).parent) if "." in module else [file])
+    h = hashlib.sha256()
+    for f in sorted(set(files)):
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return {"code_hash": h.hexdigest()[:16], "package": package, "package_version": version}
+
+
+def _is_code_file(name: str) -> bool:
+    return "__pycache__" not in name and not name.endswith((".pyc", "RECORD", "INSTALLER", "REQUESTED",
+                                                               "direct_url.json"))
+
+
+def _tree(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and _is_code_file(str(p))]
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None

@@ -12,6 +12,7 @@ from sourcebench.reports.protocols import NEEDS_MODEL, compute, parse_protocols
 from sourcebench.reports.protocols.cli import add_settings as add_protocol_settings
 from sourcebench.reports.protocols.cli import protocol_list, settings_of
 
+from ..errors import ConfigError
 from ..health import EXIT_DEGRADED
 from ..options import (
     REASONING_EFFORTS,
@@ -92,6 +93,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    "(default: start a local instance)")
     r.add_argument("--display", default=None, choices=["full", "conversation", "rich", "plain", "log", "none"],
                    help="inspect-ai display during the test phase (default: plain on a terminal, none otherwise)")
+    r.add_argument("--rerun", action="append", type=csv_list, metavar="METHOD", help="learn and test these methods "
+                   "again although their artifacts and rows exist (repeatable or comma-separated); edited code is "
+                   "re-learned without it")
     r.add_argument("--no-report", action="store_true", help="do not write the leaderboard at the end")
     r.add_argument("--protocols", type=protocol_list, help="after the test phase, run these evaluation protocols and "
                    "add them to the leaderboard: key-overlap, break-even, prequential, harmful, all or none "
@@ -119,7 +123,7 @@ def run(a: argparse.Namespace) -> int:
                     max_connections=a.max_connections, max_retries=a.max_retries,
                     attempt_timeout=a.attempt_timeout, timeout=a.timeout, executor=a.executor,
                     ray_address=a.ray_address, test_processes=a.test_processes, cache_dir=a.cache_dir,
-                    learn_concurrency=a.learn_concurrency)
+                    learn_concurrency=a.learn_concurrency, rerun=_rerun(a))
     con = console()
     summary = Runner(cfg, console=con).run()
     con.print(f"done in {summary['seconds']} s: {summary['rows_new']} new result row(s), "
@@ -141,6 +145,13 @@ def run(a: argparse.Namespace) -> int:
         if not a.allow_degraded:
             return EXIT_DEGRADED
     return 0
+
+
+def _rerun(a: argparse.Namespace) -> list[str]:
+    names = [n for group in a.rerun or [] for n in group]
+    if unknown := [n for n in names if n not in a.methods]:
+        raise ConfigError(f"--rerun {','.join(unknown)}: not among --methods ({','.join(a.methods)})")
+    return names
 
 
 def _run_protocols(a: argparse.Namespace, out: Path, console: Any) -> dict[str, Any]:

@@ -41,6 +41,9 @@ def install_without_pip(pkg: Path, site: Path) -> list[str]:
     (dist / "entry_points.txt").write_text("".join(
         f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in eps.items()) + "\n"
         for group, eps in project["entry-points"].items()), encoding="utf-8")
+    # RECORD, as pip writes it: the distribution's file list (what the code hash of its methods covers)
+    (dist / "RECORD").write_text("".join(f"{m}.py,,\n" for m in modules) + "".join(
+        f"{dist.name}/{f},,\n" for f in ("METADATA", "entry_points.txt", "RECORD")), encoding="utf-8")
     return modules
 
 
@@ -96,3 +99,53 @@ def test_a_third_party_method_runs_takes_part_in_every_protocol_and_conforms(thi
     assert main(["check-method", METHOD]) == 0
     report = capsys.readouterr().out
     assert "FAIL" not in report and report.rstrip().endswith(f"{METHOD}: conforms")
+
+
+def test_an_edited_prompt_without_a_version_bump_is_relearned_and_rows_record_the_code(third_party, tmp_path,
+                                                                                       capsys):
+    out = tmp_path / "runs" / "edit"
+    cmd = ["run", "--benchmark", "phantomwiki", "--methods", METHOD, "--model", "scripted/extractive",
+           "--embedder", "hash", "--limit", "2", "--seeds", "0", "--data-dir", str(BUNDLED), "--out", str(out),
+           "--no-report"]
+
+    def rows() -> list[dict]:
+        return [json.loads(x) for x in (out / "results.jsonl").read_text().splitlines()]
+
+    assert main(cmd) == 0
+    first = rows()
+    code = first[0]["method_code"]
+    assert len(code) == 16 and {r["method_code"] for r in first} == {code}
+    assert {r["method_package_version"] for r in first} == {"0.1.0"}
+    run_json = json.loads((out / "run.json").read_text())
+    assert run_json["methods"][0]["code_hash"] == code and run_json["methods"][0]["package"] == "sb-keyword-notes"
+    artifacts = {p.name for p in (out / "artifacts" / f"method_{METHOD}").iterdir()}
+    capsys.readouterr()
+
+    assert main(cmd) == 0  # unchanged: nothing to do
+    assert "2 task rows, 0 to do" in capsys.readouterr().out
+
+    module = third_party / "sb_keyword_notes.py"  # the installed copy, as a user editing site-packages would
+    module.write_text(module.read_text().replace("Notes from earlier questions:", "Notes learned earlier:"))
+    sys.modules.pop("sb_keyword_notes", None)
+    assert main(cmd) == 0
+    said = capsys.readouterr().out
+    assert "code changed" in said and "version 1 did not" in said and "2 to do" in said
+    second = rows()
+    assert len(second) == 2 and {r["method_code"] for r in second} != {code}
+    assert {p.name for p in (out / "artifacts" / f"method_{METHOD}").iterdir()} - artifacts  # learned again
+    assert len((out / "results.stale.jsonl").read_text().splitlines()) == 2
+
+    assert main(cmd + ["--rerun", METHOD]) == 0  # forced: the same code learned and tested again
+    said = capsys.readouterr().out
+    assert "--rerun: 1 artifact(s) removed" in said and "2 to do" in said
+    assert main(cmd + ["--rerun", "hybrid_rag"]) == 2  # not among --methods: one line
+    assert "--rerun hybrid_rag: not among --methods" in capsys.readouterr().err
+
+
+def test_built_in_methods_have_a_code_hash_of_their_own_files():
+    from sourcebench.harness.registry import method_code
+
+    a, b = method_code(get_method_class("hybrid_rag")), method_code(get_method_class("raptor"))
+    assert a["package"] == b["package"] == "sourcebench" and a["code_hash"] != b["code_hash"]
+    assert method_code(get_method_class("sourcelearn"))["code_hash"] == method_code(
+        get_method_class("sourcelearn-m0"))["code_hash"]  # one package folder, one hash
