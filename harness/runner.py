@@ -787,19 +787,25 @@ class Runner:
         return 2 * self.cfg.max_connections if self.cfg.max_connections else None
 
     def result_row(self, cell: Cell, task: Task, answer: Answer, score: Any) -> dict[str, Any]:
+        from .inspect_tasks import sample_id
+
         failed = bool(answer.failed or score.failed)
         code = self.code_of(cell.method)
+        meta = dict(answer.metadata)
+        shown = meta.pop("shown", None) or {}
         return {
             "run_id": self.run_id, "benchmark": self.bench.name, "source": cell.source.id,
             "method": cell.method.name, "method_version": cell.method.version,
             "method_code": code["code_hash"], "method_package_version": code["package_version"],
             "seed": cell.split.seed,
-            "split_id": cell.split_id, "task_id": task.id, "group": task.group, "item_hash": task.item_hash,
+            "split_id": cell.split_id, "task_id": task.id, "sample_id": sample_id(self.bench.name, cell.source.id, task),
+            "question": task.question, "group": task.group, "item_hash": task.item_hash,
             "score": 0.0 if failed else float(score.value), "correct": False if failed else bool(score.correct),
             "failed": failed, "failure_reason": answer.failure_reason or score.failure_reason,
             "answer": answer.text, "reference": task.reference, "evidence_ids": answer.evidence_ids,
+            "evidence_titles": shown.get("evidence_titles", []), "notes": shown.get("notes", ""),
             "context_tokens": answer.context_tokens,
             "judge": {"name": score.judge, "details": score.details},
             "model": self.spec.name, "judge_model": self.judge_spec.name if self.judge_spec else None,
-            "artifact": cell.artifact.name, "metadata": {**task.metadata, **answer.metadata},
+            "artifact": cell.artifact.name, "metadata": {**task.metadata, **meta},
         }
