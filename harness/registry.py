@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.metadata
+import json
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -101,18 +102,87 @@ def benchmark_names() -> list[str]:
     return sorted(_targets(BENCHMARK_GROUP, _BUILTIN_BENCHMARKS))
 
 
+def _unknown(what: str, name: str, known: list[str]) -> ConfigError:
+    """An unknown name, with the closest known ones first ("did you mean")."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return ConfigError(f"unknown {what} '{name}'{hint} known: {', '.join(sorted(known))}")
+
+
 def get_method_class(name: str) -> Any:
+    """The class registered as ``name``; ``method@key=value[,key=value]`` is that method under these
+    settings, as a subclass of its own named by them (its rows and artifacts are its own)."""
     targets = _targets(METHOD_GROUP, _BUILTIN_METHODS)
+    if name not in targets and "@" in name:
+        base, overrides = parse_variant(name)
+        return variant_class(get_method_class(base), overrides, base)
     if name not in targets:
-        raise ConfigError(f"unknown method '{name}'; known: {', '.join(sorted(targets))}")
+        raise _unknown("method", name, list(targets))
     return _resolve(targets[name])
 
 
 def get_benchmark_class(name: str) -> Any:
     targets = _targets(BENCHMARK_GROUP, _BUILTIN_BENCHMARKS)
     if name not in targets:
-        raise ConfigError(f"unknown benchmark '{name}'; known: {', '.join(sorted(targets))}")
+        raise _unknown("benchmark", name, list(targets))
     return _resolve(targets[name])
+
+
+# -- variants: one method under another setting, as its own row -------------------------------------
+
+def variant_value(v: Any) -> str:
+    """A setting's value as written in a variant's name (JSON, without a string's quotes)."""
+    return json.dumps(v, sort_keys=True, separators=(",", ":")).strip('"')
+
+
+def variant_alias(method: str, overrides: dict[str, Any]) -> str:
+    """The name a method's variant is stored under: ``method@key=value[,...]``, keys sorted."""
+    return method + "@" + ",".join(f"{k}={variant_value(v)}" for k, v in sorted(overrides.items()))
+
+
+def parse_variant(name: str) -> tuple[str, dict[str, Any]]:
+    """``method@key=value[,...]`` as (method, settings); values are read as JSON where they parse."""
+    base, _, spec = name.partition("@")
+    overrides: dict[str, Any] = {}
+    for part in spec.split(","):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"method variant {name!r}: expected {base}@KEY=VALUE[,KEY=VALUE], got {part!r}")
+        try:
+            overrides[key.strip()] = json.loads(value)
+        except ValueError:
+            overrides[key.strip()] = value
+    return base, overrides
+
+
+def variant_class(base_cls: Any, overrides: dict[str, Any], method: str | None = None) -> Any:
+    """A subclass of ``base_cls`` (registered as ``method``) named by its settings, which it applies over
+    any config it is given."""
+    alias = variant_alias(method or base_cls.name, overrides)
+
+    def __init__(self: Any, config: Any = None) -> None:
+        given = config.model_dump() if hasattr(config, "model_dump") else dict(config or {})
+        base_cls.__init__(self, {**given, **overrides})
+
+    return type(f"{base_cls.__name__}Variant", (base_cls,), {
+        "name": alias, "__init__": __init__, "__module__": base_cls.__module__,
+        "__qualname__": f"{base_cls.__qualname__}[{alias}]"})
+
+
+def method_list(text: str) -> list[str]:
+    """``--methods``: names separated by commas, where a variant's further settings stay with it
+    (``a,b@k=1,j=2,c`` is a, b@j=2,k=1 and c); variants are named canonically (keys sorted)."""
+    names: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if "=" in part and "@" not in part and names and "@" in names[-1]:
+            names[-1] += "," + part
+        else:
+            names.append(part)
+    return [variant_alias(*parse_variant(n)) if "@" in n else n for n in names]
 
 
 def command_targets() -> dict[str, Any]:

@@ -322,12 +322,27 @@ class Runner:
             return None
         prev = read_json(path)
         pb = (prev.get("benchmark") or {}).get("name")
+        pm = (prev.get("model") or {}).get("name")
+        if ((pb and pb != self.bench.name) or (pm and pm != self.spec.name)) and not self._has_results():
+            # a half-made folder (the earlier command failed before scoring anything) never blocks the
+            # corrected command: its run record and counters go, its caches and artifacts (keyed) stay
+            import shutil
+
+            for f in (path, self.usage_path, self.failures_path):
+                f.unlink(missing_ok=True)
+            if pb != self.bench.name:
+                shutil.rmtree(self.out / "splits", ignore_errors=True)
+            self.log(f"{self.out}: holds no results of its earlier {pb} run with {pm}; starting this run there")
+            return None
         if pb and pb != self.bench.name:
             raise ConfigError(f"{path}: this folder holds a {pb} run; use another --out for {self.bench.name}")
-        pm = (prev.get("model") or {}).get("name")
         if pm and pm != self.spec.name:
             raise ConfigError(f"{path}: this folder holds a run with model {pm}; use another --out for {self.spec.name}")
         return prev
+
+    def _has_results(self) -> bool:
+        return any(self.out.glob("results*.jsonl")) and any(
+            p.stat().st_size for p in self.out.glob("results*.jsonl"))
 
     # -- main ------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:

@@ -110,6 +110,13 @@ def own_context(row: dict[str, Any], other: dict[str, Any]) -> dict[str, Any]:
     return {**({"notes": row["notes"]} if row.get("notes") else {}), **meta}
 
 
+def _own_text(row: dict[str, Any], other: dict[str, Any]) -> str:
+    """The notes as text, then the rest of the method's own metadata as JSON."""
+    own = own_context(row, other)
+    notes = own.pop("notes", "")
+    return "\n".join(x for x in (notes, _text(own) if own else "") if x)
+
+
 def _text(v: Any, limit: int | None = None) -> str:
     s = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
     if limit is not None and len(s) > limit:
@@ -159,8 +166,7 @@ def _task_table(c: Comparison, outcome: str) -> Table:
                                                                                   else ""),
                      safe(p.y.get("answer")), f"{float(p.y.get('score', 0)):.2f}" + (" (failed)" if p.y.get("failed")
                                                                                   else ""),
-                     safe(_evidence(p.x)), safe(_text(own_context(p.x, p.y)) if own_context(p.x, p.y) else ""),
-                     safe(_evidence(p.y)), safe(_text(own_context(p.y, p.x)) if own_context(p.y, p.x) else "")])
+                     safe(_evidence(p.x)), safe(_own_text(p.x, p.y)), safe(_evidence(p.y)), safe(_own_text(p.y, p.x))])
     return Table(f"{title} of {c.method} ({len(rows)})",
                  ["task", "question", "reference", f"{c.method} answer", "score", f"{c.baseline} answer", "score",
                   f"{c.method} evidence", f"{c.method} own context", f"{c.baseline} evidence",

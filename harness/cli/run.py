@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from sourcebench.reports.leaderboard import write_report
+from sourcebench.reports.plan import Variant
 from sourcebench.reports.protocols import NEEDS_MODEL, compute, parse_protocols
 from sourcebench.reports.protocols.cli import add_settings as add_protocol_settings
 from sourcebench.reports.protocols.cli import protocol_list, settings_of
 
 from ..errors import ConfigError
 from ..health import EXIT_DEGRADED
+from ..llm import parse_model_spec
 from ..options import (
     REASONING_EFFORTS,
     add_cost_arguments,
@@ -28,8 +30,16 @@ from ..options import (
     resolve_guidance_limit,
     seed_list,
 )
+from ..registry import method_list
 from ..runner import RunConfig, Runner
 from .common import EPILOG, console
+
+
+def _methods(text: str) -> list[str]:
+    try:
+        return method_list(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -39,7 +49,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        "the same command resumes an interrupted run; a finished run makes no model calls.",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     r.add_argument("--benchmark", required=True, help="benchmark name (see `sourcebench list`)")
-    r.add_argument("--methods", required=True, type=csv_list, help="comma-separated method names")
+    r.add_argument("--methods", required=True, type=_methods, help="comma-separated method names; "
+                   "METHOD@KEY=VALUE[,KEY=VALUE] runs a method under other settings as its own row, named by them "
+                   "(e.g. hybrid_rag,hybrid_rag@top_k=4)")
     r.add_argument("--model", required=True, help="solver model (inspect-ai name), e.g. local/smollm2")
     r.add_argument("--judge-model", help="judge model for LLM-judged benchmarks (default: the solver model)")
     r.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="split seeds (default 0,1,2)")
@@ -93,7 +105,7 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    "(default: start a local instance)")
     r.add_argument("--display", default=None, choices=["full", "conversation", "rich", "plain", "log", "none"],
                    help="inspect-ai display during the test phase (default: plain on a terminal, none otherwise)")
-    r.add_argument("--rerun", action="append", type=csv_list, metavar="METHOD", help="learn and test these methods "
+    r.add_argument("--rerun", action="append", type=_methods, metavar="METHOD", help="learn and test these methods "
                    "again although their artifacts and rows exist (repeatable or comma-separated); edited code is "
                    "re-learned without it")
     r.add_argument("--no-report", action="store_true", help="do not write the leaderboard at the end")
@@ -107,12 +119,19 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
 
 
 def run(a: argparse.Namespace) -> int:
+    for name in (a.model, a.judge_model):  # before any folder is made
+        if name is not None:
+            parse_model_spec(name)
+    configs = method_configs(a.method_config)
+    for v in map(Variant.parse, a.methods):  # a variant starts from its method's --method-config settings
+        if not v.is_native and v.method in configs:
+            configs[v.alias] = {**configs[v.method], **configs.get(v.alias, {})}
     out = a.out or Path("runs") / f"{a.benchmark}-{a.model.replace('/', '_')}"
     display = a.display or ("plain" if sys.stdout.isatty() else "none")
     cfg = RunConfig(benchmark=a.benchmark, methods=a.methods, model=a.model, judge_model=a.judge_model,
                     seeds=a.seeds, limit=a.limit, guidance_limit=resolve_guidance_limit(a.limit, a.guidance_limit),
                     sources=a.sources, out=out,
-                    data_dir=a.data_dir, options=key_values(a.opt, "--opt"), method_configs=method_configs(a.method_config),
+                    data_dir=a.data_dir, options=key_values(a.opt, "--opt"), method_configs=configs,
                     embedder=a.embedder, max_tokens=a.max_tokens, temperature=a.temperature,
                     context_window=a.context_window, reasoning_effort=a.reasoning_effort,
                     judge_reasoning_effort=a.judge_reasoning_effort,
