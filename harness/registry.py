@@ -120,7 +120,11 @@ def get_method_class(name: str) -> Any:
         return variant_class(get_method_class(base), overrides, base)
     if name not in targets:
         raise _unknown("method", name, list(targets))
-    return _resolve(targets[name])
+    try:
+        return _resolve(targets[name])
+    except Exception as e:  # noqa: BLE001 - a broken plugin: one line, as `sourcebench list` shows it
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(f"method '{name}' cannot be loaded ({type(e).__name__}: {msg})") from None
 
 
 def get_benchmark_class(name: str) -> Any:

@@ -149,3 +149,77 @@ def test_built_in_methods_have_a_code_hash_of_their_own_files():
     assert a["package"] == b["package"] == "sourcebench" and a["code_hash"] != b["code_hash"]
     assert method_code(get_method_class("sourcelearn"))["code_hash"] == method_code(
         get_method_class("sourcelearn-m0"))["code_hash"]  # one package folder, one hash
+
+
+def readme_section(title: str) -> str:
+    text = (Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    return text.split(f"## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def install_package(root: Path, site: Path, name: str, entry_points: str) -> None:
+    """A package folder installed as pip leaves it (module folder, dist-info with entry points and RECORD)."""
+    shutil.copytree(root / name, site / name)
+    dist = site / f"{name}-0.1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1.0\n", encoding="utf-8")
+    (dist / "entry_points.txt").write_text(entry_points, encoding="utf-8")
+    (dist / "RECORD").write_text("".join(f"{p.relative_to(site)},,\n" for p in (site / name).rglob("*.py")),
+                                 encoding="utf-8")
+
+
+def test_compare_your_method_followed_as_written(tmp_path, monkeypatch, capsys):
+    """The README's "Compare your method": methods/template.py copied into its own package ``my_pkg`` as
+    ``my_pkg.my_method:MyMethod``, registered with the README's entry-point table, then the README's
+    commands in order. Only the model and size change (scripted model, 2 tasks, one seed, the bundled
+    universe, hash embedder), so the test needs no weights and little CPU."""
+    section = readme_section("Compare your method")
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    commands = [line.removeprefix("sourcebench ").split() for line in
+                section.split("```bash\n", 1)[1].split("```", 1)[0].splitlines() if line.strip()]
+    assert [c[0] for c in commands] == ["check-method", "run", "compare"]
+    pkg = tmp_path / "src" / "my_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    template = (Path(__file__).parents[2] / "methods" / "template.py").read_text(encoding="utf-8")
+    (pkg / "my_method.py").write_text(template.replace("class TemplateMethod(", "class MyMethod(")
+                                      .replace('name = "template"', 'name = "my_method"'), encoding="utf-8")
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    eps = tomllib.loads(toml)["project"]["entry-points"]
+    install_package(tmp_path / "src", site, "my_pkg", "".join(
+        f"[{group}]\n" + "".join(f"{name} = {target}\n" for name, target in table.items()) for group, table in eps.items()))
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.chdir(tmp_path)
+    try:
+        small = {"--model": "scripted/extractive", "--limit": "2"}
+        for cmd in commands:
+            args = [small.get(prev, a) for prev, a in zip(["", *cmd], cmd, strict=False)]
+            if cmd[0] == "run":
+                args += ["--seeds", "0", "--embedder", "hash", "--data-dir", str(BUNDLED), "--no-report"]
+            assert main(args) == 0, args
+        out = capsys.readouterr().out
+        assert out.count("my_method: conforms") == 1 and "my_method vs hybrid_rag: task by task" in out
+        rows = [json.loads(x) for x in (tmp_path / "runs" / "my_method" / "results.jsonl").read_text().splitlines()]
+        assert {r["method"] for r in rows} == {"hybrid_rag", "my_method"}
+        assert (tmp_path / "runs" / "my_method" / "report" / "compare-my_method-vs-hybrid_rag.html").is_file()
+    finally:
+        for m in [m for m in sys.modules if m == "my_pkg" or m.startswith("my_pkg.")]:
+            sys.modules.pop(m)
+
+
+def test_a_method_that_fails_to_import_is_one_line_in_run_as_in_list(tmp_path, monkeypatch, capsys):
+    pkg = tmp_path / "src" / "broken_pkg"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("import not_installed_dependency  # noqa\n")
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    install_package(tmp_path / "src", site, "broken_pkg", "[sourcebench.methods]\nbroken = broken_pkg:Broken\n")
+    monkeypatch.syspath_prepend(str(site))
+    assert main(["list"]) == 0
+    assert "cannot load" in capsys.readouterr().out
+    assert main(["run", "--benchmark", "phantomwiki", "--methods", "broken", "--model", "scripted/extractive",
+                 "--out", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.splitlines()  # the CLI's warning that its commands are missing, then the error
+    cause = "method 'broken' cannot be loaded (ModuleNotFoundError: No module named 'not_installed_dependency')"
+    assert err == [f"sourcebench: warning: {cause}; its commands are not available", f"sourcebench: error: {cause}"]
+    assert not (tmp_path / "r").exists()
