@@ -210,9 +210,9 @@ def method_code(cls: Any) -> dict[str, Any]:
 
     A built-in method: its module (or its package folder) under ``sourcebench.methods`` plus the shared
     ``methods/__init__.py`` and ``methods/evidence.py``; another package installed as a distribution
-    whose file list is known: that distribution's files; otherwise every file of the top-level package
-    folder (or the single module file) the class comes from. Version: the distribution's, else the
-    method's own ``version``."""
+    whose file list is known: that distribution's files; and every file of the top-level package folder
+    (or the single module file) the class comes from, which is what an editable install's file list
+    (a ``.pth``) leaves out. Version: the distribution's, else the method's own ``version``."""
     return _method_code(cls.__module__, str(getattr(cls, "version", "")))
 
 
@@ -237,14 +237,22 @@ def _method_code(module: str, method_version: str) -> dict[str, Any]:
             listed = [Path(d.locate_file(f)) for f in (d.files or []) if _is_code_file(str(f))]
             files = [f for f in listed if f.is_file()]
             break
-        if not files and file.name:
-            files = _tree(file.parent) if file.name == "__init__.py" and "." not in module else (
-                _tree(Path(importlib.import_module(top).__file__).parent) if "." in module else [file])
+        # and always the code itself: an editable install's file list names a .pth file, not the package
+        if file.name:
+            files += _own_files(module, file)
     h = hashlib.sha256()
     for f in sorted(set(files)):
         if f.is_file():
             h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
     return {"code_hash": h.hexdigest()[:16], "package": package, "package_version": version}
+
+
+def _own_files(module: str, file: Path) -> list[Path]:
+    """The top-level package folder of ``module`` (its module file when it is a top-level module)."""
+    if "." not in module and file.name != "__init__.py":
+        return [file]
+    top_file = getattr(importlib.import_module(module.split(".")[0]), "__file__", None)  # None: namespace package
+    return _tree(Path(top_file).parent if top_file else file.parent)
 
 
 def _is_code_file(name: str) -> bool:

@@ -223,3 +223,34 @@ def test_a_method_that_fails_to_import_is_one_line_in_run_as_in_list(tmp_path, m
     cause = "method 'broken' cannot be loaded (ModuleNotFoundError: No module named 'not_installed_dependency')"
     assert err == [f"sourcebench: warning: {cause}; its commands are not available", f"sourcebench: error: {cause}"]
     assert not (tmp_path / "r").exists()
+
+
+def test_an_editable_install_hashes_the_package_source(tmp_path, monkeypatch):
+    """``pip install -e .`` lists a .pth file, not the package: the code hash still covers the source."""
+    from sourcebench.harness.registry import method_code
+
+    src = tmp_path / "src"
+    (src / "edit_pkg").mkdir(parents=True)
+    module = src / "edit_pkg" / "method.py"
+    module.write_text((PKG / "sb_keyword_notes.py").read_text())
+    (src / "edit_pkg" / "__init__.py").write_text("")
+    site = tmp_path / "site-packages"
+    dist = site / "edit_pkg-0.1.0.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: edit-pkg\nVersion: 0.1.0\n")
+    (site / "__editable__.edit_pkg-0.1.0.pth").write_text(str(src) + "\n")
+    (dist / "RECORD").write_text("__editable__.edit_pkg-0.1.0.pth,,\nedit_pkg-0.1.0.dist-info/METADATA,,\n")
+    (dist / "top_level.txt").write_text("edit_pkg\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.syspath_prepend(str(src))
+    try:
+        import importlib
+
+        cls = importlib.import_module("edit_pkg.method").KeywordNotes
+        before = method_code(cls)
+        assert before["package"] == "edit-pkg" and before["package_version"] == "0.1.0"
+        module.write_text(module.read_text().replace("Notes from earlier questions:", "Earlier notes:"))
+        assert method_code(cls)["code_hash"] != before["code_hash"]
+    finally:
+        for m in [m for m in sys.modules if m.split(".")[0] == "edit_pkg"]:
+            sys.modules.pop(m)
