@@ -54,6 +54,9 @@ def method_commands(reserved: Iterable[str] = ()) -> tuple[dict[str, MethodComma
             cls = get_method_class(name)
         except Exception as e:  # noqa: BLE001 - an uninstallable plugin must not take the CLI down
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            if isinstance(e, ConfigError):  # the registry's own line already names the method and the cause
+                problems.append(f"{first}; its commands are not available")
+                continue
             problems.append(f"method {name} cannot be loaded ({type(e).__name__}: {first}); its commands "
                             "are not available")
             continue

@@ -15,8 +15,9 @@ import traceback
 import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from inspect_ai import Task as InspectTask
 from inspect_ai.dataset import MemoryDataset, Sample
@@ -25,13 +26,50 @@ from inspect_ai.scorer import Score as InspectScore
 from inspect_ai.scorer import Target, mean, scorer
 from inspect_ai.solver import Generate, TaskState, solver
 
-from .data import Answer, Task
+from .data import Answer, Evidence, Task
 from .errors import BudgetExceeded, ModelUnavailableError
 from .io import append_jsonl, redact_secrets, secret_values
 from .method import Context, answering
 
 if TYPE_CHECKING:
     from .runner import Cell, Runner
+
+
+NOTES_SHOWN_CHARS = 4000  # of a method's own context kept per result row (a whole source model can be huge)
+
+
+@dataclass
+class _Showing(Context):
+    """A test-phase context that remembers what the method put into the shared prompt (its evidence
+    and its own notes), so each result row says what the answer was based on (``sourcebench compare``)."""
+
+    shown: list[tuple[list[Evidence], str]] = field(default_factory=list)
+
+    async def solve(self, task: Task, evidence: list[Evidence], notes: str = "", stage: str = "answer") -> Answer:
+        if self.capture is None:
+            self.shown.append((list(evidence), notes or ""))
+        return await super().solve(task, evidence, notes, stage)
+
+
+def shown_context(ctx: Context) -> _Showing:
+    return _Showing(**{f.name: getattr(ctx, f.name) for f in fields(ctx)}, shown=[])
+
+
+def shown_metadata(shown: list[tuple[list[Evidence], str]]) -> dict[str, Any]:
+    """The last prompt's evidence titles and notes (cut to ``NOTES_SHOWN_CHARS``, saying so)."""
+    if not shown:
+        return {}
+    evidence, notes = shown[-1]
+    cut = f" [... {len(notes) - NOTES_SHOWN_CHARS} more characters]" if len(notes) > NOTES_SHOWN_CHARS else ""
+    return {"evidence_titles": [e.title for e in evidence], "notes": notes[:NOTES_SHOWN_CHARS] + cut}
+
+
+def sample_id(benchmark: str, source: str, task: Task) -> str:
+    """A task's id across methods, seeds and runs: the same question of the same item has the same id."""
+    import hashlib
+
+    key = f"{benchmark}\0{source}\0{task.id}\0{task.item_hash}"
+    return hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
 
 
 def cell_task(runner: Runner, cell: Cell, todo: list[Task]) -> InspectTask:
@@ -50,7 +88,9 @@ def cell_task(runner: Runner, cell: Cell, todo: list[Task]) -> InspectTask:
             task = by_id[str(state.sample_id)]
             try:
                 state_ = loaded()
-                answer = await cell.method.answer(task, state_, answering(ctx, cell.method, state_))
+                showing = shown_context(answering(ctx, cell.method, state_))
+                answer = await cell.method.answer(task, state_, showing)
+                answer.metadata.setdefault("shown", shown_metadata(showing.shown))
             except (ModelUnavailableError, BudgetExceeded):  # the run stops (resumably), not this task
                 raise
             except Exception as e:  # a method bug must not stop the other tasks: scored failure
@@ -81,7 +121,12 @@ def cell_task(runner: Runner, cell: Cell, todo: list[Task]) -> InspectTask:
 
         return score
 
-    samples = [Sample(id=t.id, input=t.question, target=_target(t), metadata={"group": t.group}) for t in todo]
+    # the method and the stable sample id in every sample's metadata: inspect-ai's samples_df and
+    # `inspect view` filters line the methods' samples of one question up
+    samples = [Sample(id=t.id, input=t.question, target=_target(t),
+                      metadata={"group": t.group, "method": cell.method.name, "source": cell.source.id,
+                                "seed": cell.split.seed, "sample_id": sample_id(runner.bench.name, cell.source.id, t)})
+               for t in todo]
     name = f"{runner.bench.name}-{cell.source.id}-{cell.method.name}-seed{cell.split.seed}"
     return InspectTask(dataset=MemoryDataset(samples, name=name), solver=method_solver(), scorer=cell_scorer(),
                        name=name, version=1,

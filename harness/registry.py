@@ -12,8 +12,12 @@ been pip-installed.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.metadata
+import json
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
@@ -98,18 +102,91 @@ def benchmark_names() -> list[str]:
     return sorted(_targets(BENCHMARK_GROUP, _BUILTIN_BENCHMARKS))
 
 
+def _unknown(what: str, name: str, known: list[str]) -> ConfigError:
+    """An unknown name, with the closest known ones first ("did you mean")."""
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+    return ConfigError(f"unknown {what} '{name}'{hint} known: {', '.join(sorted(known))}")
+
+
 def get_method_class(name: str) -> Any:
+    """The class registered as ``name``; ``method@key=value[,key=value]`` is that method under these
+    settings, as a subclass of its own named by them (its rows and artifacts are its own)."""
     targets = _targets(METHOD_GROUP, _BUILTIN_METHODS)
+    if name not in targets and "@" in name:
+        base, overrides = parse_variant(name)
+        return variant_class(get_method_class(base), overrides, base)
     if name not in targets:
-        raise ConfigError(f"unknown method '{name}'; known: {', '.join(sorted(targets))}")
-    return _resolve(targets[name])
+        raise _unknown("method", name, list(targets))
+    try:
+        return _resolve(targets[name])
+    except Exception as e:  # noqa: BLE001 - a broken plugin: one line, as `sourcebench list` shows it
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ConfigError(f"method '{name}' cannot be loaded ({type(e).__name__}: {msg})") from None
 
 
 def get_benchmark_class(name: str) -> Any:
     targets = _targets(BENCHMARK_GROUP, _BUILTIN_BENCHMARKS)
     if name not in targets:
-        raise ConfigError(f"unknown benchmark '{name}'; known: {', '.join(sorted(targets))}")
+        raise _unknown("benchmark", name, list(targets))
     return _resolve(targets[name])
+
+
+# -- variants: one method under another setting, as its own row -------------------------------------
+
+def variant_value(v: Any) -> str:
+    """A setting's value as written in a variant's name (JSON, without a string's quotes)."""
+    return json.dumps(v, sort_keys=True, separators=(",", ":")).strip('"')
+
+
+def variant_alias(method: str, overrides: dict[str, Any]) -> str:
+    """The name a method's variant is stored under: ``method@key=value[,...]``, keys sorted."""
+    return method + "@" + ",".join(f"{k}={variant_value(v)}" for k, v in sorted(overrides.items()))
+
+
+def parse_variant(name: str) -> tuple[str, dict[str, Any]]:
+    """``method@key=value[,...]`` as (method, settings); values are read as JSON where they parse."""
+    base, _, spec = name.partition("@")
+    overrides: dict[str, Any] = {}
+    for part in spec.split(","):
+        key, eq, value = part.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"method variant {name!r}: expected {base}@KEY=VALUE[,KEY=VALUE], got {part!r}")
+        try:
+            overrides[key.strip()] = json.loads(value)
+        except ValueError:
+            overrides[key.strip()] = value
+    return base, overrides
+
+
+def variant_class(base_cls: Any, overrides: dict[str, Any], method: str | None = None) -> Any:
+    """A subclass of ``base_cls`` (registered as ``method``) named by its settings, which it applies over
+    any config it is given."""
+    alias = variant_alias(method or base_cls.name, overrides)
+
+    def __init__(self: Any, config: Any = None) -> None:
+        given = config.model_dump() if hasattr(config, "model_dump") else dict(config or {})
+        base_cls.__init__(self, {**given, **overrides})
+
+    return type(f"{base_cls.__name__}Variant", (base_cls,), {
+        "name": alias, "__init__": __init__, "__module__": base_cls.__module__,
+        "__qualname__": f"{base_cls.__qualname__}[{alias}]"})
+
+
+def method_list(text: str) -> list[str]:
+    """``--methods``: names separated by commas, where a variant's further settings stay with it
+    (``a,b@k=1,j=2,c`` is a, b@j=2,k=1 and c); variants are named canonically (keys sorted)."""
+    names: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if "=" in part and "@" not in part and names and "@" in names[-1]:
+            names[-1] += "," + part
+        else:
+            names.append(part)
+    return [variant_alias(*parse_variant(n)) if "@" in n else n for n in names]
 
 
 def command_targets() -> dict[str, Any]:
@@ -120,3 +197,75 @@ def command_targets() -> dict[str, Any]:
 def resolve(target: Any) -> Any:
     """A registry target (``module:attr`` string, entry point, or object) as the object it names."""
     return _resolve(target)
+
+
+# -- the code a method runs -----------------------------------------------------------------------
+
+_SHARED_METHOD_MODULES = ("__init__.py", "evidence.py")  # what every built-in method may call in methods/
+
+
+def method_code(cls: Any) -> dict[str, Any]:
+    """A hash of the code ``cls`` runs and its package version: what the artifact key and every result
+    row record, so that edited code is never answered by an artifact or a row of the old code.
+
+    A built-in method: its module (or its package folder) under ``sourcebench.methods`` plus the shared
+    ``methods/__init__.py`` and ``methods/evidence.py``; another package installed as a distribution
+    whose file list is known: that distribution's files; and every file of the top-level package folder
+    (or the single module file) the class comes from, which is what an editable install's file list
+    (a ``.pth``) leaves out. Version: the distribution's, else the method's own ``version``."""
+    return _method_code(cls.__module__, str(getattr(cls, "version", "")))
+
+
+def _method_code(module: str, method_version: str) -> dict[str, Any]:
+    import sys
+
+    mod = sys.modules.get(module) or importlib.import_module(module)
+    file = Path(getattr(mod, "__file__", "") or "")
+    top = module.split(".")[0]
+    files: list[Path] = []
+    package, version = None, method_version
+    if module.startswith("sourcebench.methods."):
+        methods_dir = Path(importlib.import_module("sourcebench.methods").__file__).parent
+        unit = methods_dir / module.split(".")[2]
+        files = _tree(unit) if unit.is_dir() else [unit.with_suffix(".py")]
+        files += [methods_dir / f for f in _SHARED_METHOD_MODULES]
+        package, version = "sourcebench", _dist_version("sourcebench") or method_version
+    else:
+        for dist in importlib.metadata.packages_distributions().get(top, []):
+            d = importlib.metadata.distribution(dist)
+            package, version = d.metadata["Name"] or dist, d.version
+            listed = [Path(d.locate_file(f)) for f in (d.files or []) if _is_code_file(str(f))]
+            files = [f for f in listed if f.is_file()]
+            break
+        # and always the code itself: an editable install's file list names a .pth file, not the package
+        if file.name:
+            files += _own_files(module, file)
+    h = hashlib.sha256()
+    for f in sorted(set(files)):
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return {"code_hash": h.hexdigest()[:16], "package": package, "package_version": version}
+
+
+def _own_files(module: str, file: Path) -> list[Path]:
+    """The top-level package folder of ``module`` (its module file when it is a top-level module)."""
+    if "." not in module and file.name != "__init__.py":
+        return [file]
+    top_file = getattr(importlib.import_module(module.split(".")[0]), "__file__", None)  # None: namespace package
+    return _tree(Path(top_file).parent if top_file else file.parent)
+
+
+def _is_code_file(name: str) -> bool:
+    return "__pycache__" not in name and not name.endswith((".pyc", "RECORD", "INSTALLER", "REQUESTED",
+                                                               "direct_url.json"))
+
+
+def _tree(folder: Path) -> list[Path]:
+    return [p for p in folder.rglob("*") if p.is_file() and _is_code_file(str(p))]
+
+
+def _dist_version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None

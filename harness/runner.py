@@ -48,7 +48,7 @@ from .method import Context, LearnContext, Method
 from .options import check_seeds
 from .provenance import command_line, git_commit, package_versions
 from .providers.discovery import ORIGIN_OPTION, discover_context_window
-from .registry import get_benchmark_class, get_method_class
+from .registry import get_benchmark_class, get_method_class, method_code
 from .resultrows import read_result_rows
 from .splits import write_manifest
 
@@ -99,6 +99,7 @@ class RunConfig:
     # model-call and embedding caches; None: OUT/cache. A folder shared by several runs answers a call
     # that any of them made (same model, settings, messages) without asking the model again
     cache_dir: Path | None = None
+    rerun: list[str] = field(default_factory=list)  # methods whose artifacts and rows are made again
 
     def __post_init__(self) -> None:
         self.seeds = check_seeds(self.seeds, "seeds")
@@ -281,6 +282,13 @@ class Runner:
         if self.console is not None:
             self.console.print(msg)
 
+    def code_of(self, method: Method) -> dict[str, Any]:
+        """The hash of the code ``method`` runs and its package version (``registry.method_code``), once per run."""
+        codes = self.__dict__.setdefault("_codes", {})
+        if method.name not in codes:
+            codes[method.name] = method_code(type(method))
+        return codes[method.name]
+
     def _llm(self, spec: ModelSpec, ledger: UsageLedger) -> LLM:
         return LLM(spec, self.cache, ledger, self.budget)
 
@@ -298,7 +306,7 @@ class Runner:
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "command": command_line(),
             "benchmark": self.bench.describe(),
-            "methods": [m.describe() for m in self.methods],
+            "methods": [{**m.describe(), **self.code_of(m)} for m in self.methods],
             "model": self.spec.settings(),
             "judge_model": self.judge_spec.settings() if self.judge_spec else None,
             "embedder": self.embedder.name if self.embedder else self.cfg.embedder,
@@ -318,7 +326,7 @@ class Runner:
                           "cache_dir": str(self.cfg.cache_dir) if self.cfg.cache_dir else None},
             "versions": package_versions(),
             "git_commit": git_commit(),
-            "config": self.cfg.to_dict(),
+            "config": {**self.cfg.to_dict(), "rerun": []},  # a rerun is one command's action, not the setup
         }
 
     def _check_previous(self) -> dict[str, Any] | None:
@@ -330,12 +338,27 @@ class Runner:
             raise DataError(f"{path}: expected a JSON object, got {type(prev).__name__}; move the file away "
                             "if this is not a run folder")
         pb = (prev.get("benchmark") or {}).get("name")
+        pm = (prev.get("model") or {}).get("name")
+        if ((pb and pb != self.bench.name) or (pm and pm != self.spec.name)) and not self._has_results():
+            # a half-made folder (the earlier command failed before scoring anything) never blocks the
+            # corrected command: its run record and counters go, its caches and artifacts (keyed) stay
+            import shutil
+
+            for f in (path, self.usage_path, self.failures_path):
+                f.unlink(missing_ok=True)
+            if pb != self.bench.name:
+                shutil.rmtree(self.out / "splits", ignore_errors=True)
+            self.log(f"{self.out}: holds no results of its earlier {pb} run with {pm}; starting this run there")
+            return None
         if pb and pb != self.bench.name:
             raise ConfigError(f"{path}: this folder holds a {pb} run; use another --out for {self.bench.name}")
-        pm = (prev.get("model") or {}).get("name")
         if pm and pm != self.spec.name:
             raise ConfigError(f"{path}: this folder holds a run with model {pm}; use another --out for {self.spec.name}")
         return prev
+
+    def _has_results(self) -> bool:
+        return any(self.out.glob("results*.jsonl")) and any(
+            p.stat().st_size for p in self.out.glob("results*.jsonl"))
 
     # -- main ------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
@@ -450,6 +473,8 @@ class Runner:
         if n := self.store.remove_staging():
             self.log(f"removed {n} half-built artifact folder(s) left by an interrupted run")
         sources, plans = self._plan()
+        if self.cfg.rerun:
+            self._forget_artifacts(plans)
         meta = self._metadata(sources)
         if prev:  # keep the union of methods across invocations into the same folder
             names = {m["name"] for m in meta["methods"]}
@@ -490,15 +515,31 @@ class Runner:
                 if c.degraded]
 
     def _set_aside_stale_rows(self) -> None:
-        """Rows a method wrote under another version of itself move to ``results.stale.jsonl`` (kept,
-        not reported) and are run again, so a folder never mixes a method's versions; whatever the new
-        version asks exactly as before comes from the call cache."""
+        """Rows a method wrote under another version of itself, or under other code with the same version
+        (an edited prompt), or of a method named by ``--rerun``, move to ``results.stale.jsonl`` (kept, not
+        reported) and are run again, so a folder never mixes a method's code; whatever the new code asks
+        exactly as before comes from the call cache."""
         p = self.results_path
         if not p.exists():
             return
         versions = {m.name: str(m.version) for m in self.methods}
+        codes = {m.name: self.code_of(m)["code_hash"] for m in self.methods}
+        rerun = set(self.cfg.rerun)
+
+        def why(r: dict[str, Any]) -> str | None:
+            m = r.get("method")
+            if m not in versions:
+                return None
+            if m in rerun:
+                return "rerun"
+            if str(r.get("method_version")) != versions[m]:
+                return "version"
+            if r.get("method_code") and r["method_code"] != codes[m]:  # rows written before hashes: unknown
+                return "code"
+            return None
+
         rows = read_jsonl(p)
-        stale = [r for r in rows if r.get("method") in versions and str(r.get("method_version")) != versions[r["method"]]]
+        stale = [r for r in rows if why(r)]
         if not stale:
             return
         _move_rows(p, self.out / "results.stale.jsonl", rows, stale)
@@ -515,9 +556,31 @@ class Runner:
             if counters.exists():
                 rows = read_jsonl(counters, tolerate_torn_tail=True)
                 _move_rows(counters, counters.with_suffix(".stale.jsonl"), rows, [r for r in rows if old_version(r)])
-        for (m, v), n in sorted(Counter((r["method"], str(r.get("method_version"))) for r in stale).items()):
-            self.log(f"{m}: {n} result row(s) of method version {v} moved to results.stale.jsonl (its usage and "
-                     f"failures to usage/failures.stale.jsonl); they are run again with version {versions[m]}")
+        moved = "moved to results.stale.jsonl (usage and failures to usage/failures.stale.jsonl)"
+        for (m, v, c, reason), n in sorted(Counter((r["method"], str(r.get("method_version")), r.get("method_code"),
+                                                   why(r)) for r in stale).items(), key=str):
+            if reason == "version":
+                self.log(f"{m}: {n} result row(s) of method version {v} {moved}; they are run again with version "
+                         f"{versions[m]}")
+            elif reason == "code":
+                self.log(f"[yellow]{m}: code changed (hash {c} -> {codes[m]}) but version {v} did not: re-learning "
+                         f"and re-testing; {n} row(s) of the old code {moved}[/]")
+            else:
+                self.log(f"{m}: --rerun: {n} result row(s) {moved}; learning and testing again")
+
+    def _forget_artifacts(self, plans: list) -> None:
+        """``--rerun``: remove the frozen artifacts of the named methods for this run's cells, so they are
+        learned again (their model calls come from the call cache unless the code asks something new)."""
+        import shutil
+
+        for m in (m for m in self.methods if m.name in self.cfg.rerun):
+            gone = 0
+            for source, split, guidance, _ in plans:
+                folder = self.store.path(f"method/{m.name}", self._artifact_inputs(m, source, split, guidance))
+                if folder.exists():
+                    shutil.rmtree(folder)
+                    gone += 1
+            self.log(f"{m.name}: --rerun: {gone} artifact(s) removed; learning again")
 
     def _repair_torn_tail(self) -> None:
         """Drop a final line left half-written by a crash, so appends start on a clean line."""
@@ -651,6 +714,8 @@ class Runner:
             "method": method.name, "version": method.version, "config": method.config.model_dump(),
             "benchmark": self.bench.name, "source": source.id, "source_fingerprint": source.fingerprint,
             "model": self.spec.settings(), "embedder": self.embedder.name if self.embedder else "",
+            # edited code without a version bump is another artifact, never the old one reused
+            "code": self.code_of(method)["code_hash"], "package_version": self.code_of(method)["package_version"],
         }
         if method.uses_guidance:
             inputs["seed"] = split.seed
@@ -854,16 +919,25 @@ class Runner:
     def result_row(self, cell: Cell, task: Task, answer: Answer, score: Any) -> dict[str, Any]:
         if self.store.broken:  # an artifact failed its check while answering: no row (the run stops on it)
             raise DataError(self.store.broken[0])
+        from .inspect_tasks import sample_id
+
         failed = bool(answer.failed or score.failed)
+        code = self.code_of(cell.method)
+        meta = dict(answer.metadata)
+        shown = meta.pop("shown", None) or {}
         return {
             "run_id": self.run_id, "benchmark": self.bench.name, "source": cell.source.id,
-            "method": cell.method.name, "method_version": cell.method.version, "seed": cell.split.seed,
-            "split_id": cell.split_id, "task_id": task.id, "group": task.group, "item_hash": task.item_hash,
+            "method": cell.method.name, "method_version": cell.method.version,
+            "method_code": code["code_hash"], "method_package_version": code["package_version"],
+            "seed": cell.split.seed,
+            "split_id": cell.split_id, "task_id": task.id, "sample_id": sample_id(self.bench.name, cell.source.id, task),
+            "question": task.question, "group": task.group, "item_hash": task.item_hash,
             "score": 0.0 if failed else float(score.value), "correct": False if failed else bool(score.correct),
             "failed": failed, "failure_reason": answer.failure_reason or score.failure_reason,
             "answer": answer.text, "reference": task.reference, "evidence_ids": answer.evidence_ids,
+            "evidence_titles": shown.get("evidence_titles", []), "notes": shown.get("notes", ""),
             "context_tokens": answer.context_tokens,
             "judge": {"name": score.judge, "details": score.details},
             "model": self.spec.name, "judge_model": self.judge_spec.name if self.judge_spec else None,
-            "artifact": cell.artifact.name, "metadata": {**task.metadata, **answer.metadata},
+            "artifact": cell.artifact.name, "metadata": {**task.metadata, **meta},
         }

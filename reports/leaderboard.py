@@ -723,7 +723,13 @@ def write_report(
     paths = {"md": out / "leaderboard.md", "csv": out / "leaderboard.csv", "html": out / "leaderboard.html"}
     atomic_write_text(paths["md"], render_markdown(title, cap, sections, prov))
     atomic_write_text(paths["csv"], render_csv(summary, seeds))
-    atomic_write_text(paths["html"], render_html(title, cap, sections, prov))
+    page = render_html(title, cap, sections, prov)
+    # -- link hook: per-task pages (reports/compare.py) linked from each method's rows --
+    from .compare import link_task_pages
+
+    page = link_task_pages(data, summary, out, baseline, page)
+    # -- end of link hook --
+    atomic_write_text(paths["html"], page)
     for f in (t for _, tables in sections for t in tables if isinstance(t, Figure)):
         paths[f.filename] = out / f.filename
         paths[f.filename].write_bytes(f.png)

@@ -13,9 +13,10 @@ paper degrades or widens retrieval at task time only, so their learned artifact 
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+from sourcebench.harness.registry import parse_variant, variant_alias
 
 from .config import BenchmarkEntry, ExperimentConfig
 
@@ -44,6 +45,15 @@ class Variant:
     def is_native(self) -> bool:
         return self.alias == self.method
 
+    @classmethod
+    def parse(cls, name: str) -> Variant:
+        """A name of ``--methods`` (``hybrid_rag`` or ``hybrid_rag@top_k=4``) as a variant; the same alias
+        format as the reproduce plan's, so a variant run by hand and one a config asks for share rows."""
+        if "@" not in name:
+            return cls(name, name)
+        method, overrides = parse_variant(name)
+        return cls(variant_alias(method, overrides), method, tuple(sorted(overrides.items())))
+
 
 def resolve_method(name: str) -> tuple[Any | None, str]:
     """(class, "") or (None, why it cannot be used): registered names may fail to import."""
@@ -56,10 +66,6 @@ def resolve_method(name: str) -> tuple[Any | None, str]:
     except Exception as e:  # noqa: BLE001 - a module not written yet, a broken plugin
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         return None, f"method {name} is not available ({type(e).__name__}: {msg})"
-
-
-def _value(v: Any) -> str:
-    return json.dumps(v, sort_keys=True, separators=(",", ":")).strip('"')
 
 
 def _effective(method: str, config: dict[str, Any]) -> dict[str, Any]:
@@ -82,8 +88,7 @@ def with_overrides(cfg: ExperimentConfig, method: str, overrides: dict[str, Any]
     kept = tuple(sorted((k, v) for k, v in overrides.items() if k not in base or base[k] != v))
     if not kept:
         return native(cfg, method)
-    alias = method + "@" + ",".join(f"{k}={_value(v)}" for k, v in kept)
-    return Variant(alias, method, kept, task_time=task_time)
+    return Variant(variant_alias(method, dict(kept)), method, kept, task_time=task_time)
 
 
 def matched(cfg: ExperimentConfig, method: str, reference: str) -> Variant:

@@ -29,7 +29,8 @@ AppWorld is set up with `sourcebench appworld-setup`."""
 
 # The names of the commands in main.BUILTIN, for the checks that must know them without building the
 # CLI (conformance: a method's command may not take one); tests/harness/test_cli.py keeps them equal.
-BUILTIN_COMMANDS = ("run", "report", "list", "data", "appworld-setup", "check-method", "estimate", "cache", "judge")
+BUILTIN_COMMANDS = ("run", "report", "list", "data", "appworld-setup", "check-method", "estimate", "cache", "judge",
+                    "compare")
 
 
 class Parser(argparse.ArgumentParser):

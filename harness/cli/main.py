@@ -11,11 +11,11 @@ from typing import Any
 
 from ..commands import method_commands, package_commands
 from ..errors import SourceBenchError
-from . import appworld, cache, check_method, data, estimate, judge, report, run
+from . import appworld, cache, check_method, compare, data, estimate, judge, report, run
 from . import list as list_command
 from .common import EPILOG, Parser
 
-BUILTIN = (run, report, list_command, data, appworld, check_method, estimate, cache, judge)
+BUILTIN = (run, report, list_command, data, appworld, check_method, estimate, cache, judge, compare)
 
 
 def build_parser(with_method_commands: bool = True) -> argparse.ArgumentParser:

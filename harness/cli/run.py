@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from sourcebench.reports.leaderboard import write_report
+from sourcebench.reports.plan import Variant
 from sourcebench.reports.protocols import NEEDS_MODEL, compute, parse_protocols
 from sourcebench.reports.protocols.cli import add_settings as add_protocol_settings
 from sourcebench.reports.protocols.cli import protocol_list, settings_of
 
 from ..errors import ConfigError
 from ..health import EXIT_DEGRADED
+from ..llm import parse_model_spec
 from ..options import (
     REASONING_EFFORTS,
     add_cost_arguments,
@@ -29,8 +31,17 @@ from ..options import (
     resolve_guidance_limit,
     seed_list,
 )
+from ..registry import method_list
 from ..runner import RunConfig, Runner
 from .common import EPILOG, console
+
+
+def _methods(text: str) -> list[str]:
+    non_empty_csv(text)  # one clear line for an empty list
+    try:
+        return method_list(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -40,7 +51,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        "the same command resumes an interrupted run; a finished run makes no model calls.",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
     r.add_argument("--benchmark", required=True, help="benchmark name (see `sourcebench list`)")
-    r.add_argument("--methods", required=True, type=non_empty_csv, help="comma-separated method names")
+    r.add_argument("--methods", required=True, type=_methods, help="comma-separated method names; "
+                   "METHOD@KEY=VALUE[,KEY=VALUE] runs a method under other settings as its own row, named by them "
+                   "(e.g. hybrid_rag,hybrid_rag@top_k=4)")
     r.add_argument("--model", required=True, help="solver model (inspect-ai name), e.g. local/smollm2")
     r.add_argument("--judge-model", help="judge model for LLM-judged benchmarks (default: the solver model)")
     r.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="split seeds (default 0,1,2)")
@@ -94,6 +107,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    "(default: start a local instance)")
     r.add_argument("--display", default=None, choices=["full", "conversation", "rich", "plain", "log", "none"],
                    help="inspect-ai display during the test phase (default: plain on a terminal, none otherwise)")
+    r.add_argument("--rerun", action="append", type=_methods, metavar="METHOD", help="learn and test these methods "
+                   "again although their artifacts and rows exist (repeatable or comma-separated); edited code is "
+                   "re-learned without it")
     r.add_argument("--no-report", action="store_true", help="do not write the leaderboard at the end")
     r.add_argument("--protocols", type=protocol_list, help="after the test phase, run these evaluation protocols and "
                    "add them to the leaderboard: key-overlap, break-even, prequential, harmful, all or none "
@@ -114,8 +130,9 @@ def non_negative_temperature(s: str) -> float:
 def check_arguments(a: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Checks across options, before anything is loaded; returns the parsed method configs."""
     configs = method_configs(a.method_config)
+    running = set(a.methods) | {Variant.parse(m).method for m in a.methods}  # a variant's base method too
     for name, values in configs.items():
-        if name not in a.methods:
+        if name not in running:
             key = next(iter(values))
             raise ConfigError(f"--method-config {name}.{key}: method '{name}' is not in --methods "
                               f"({', '.join(a.methods)})")
@@ -123,7 +140,13 @@ def check_arguments(a: argparse.Namespace) -> dict[str, dict[str, Any]]:
 
 
 def run(a: argparse.Namespace) -> int:
+    for name in (a.model, a.judge_model):  # before any folder is made
+        if name is not None:
+            parse_model_spec(name)
     configs = check_arguments(a)
+    for v in map(Variant.parse, a.methods):  # a variant starts from its method's --method-config settings
+        if not v.is_native and v.method in configs:
+            configs[v.alias] = {**configs[v.method], **configs.get(v.alias, {})}
     out = a.out or Path("runs") / f"{a.benchmark}-{a.model.replace('/', '_')}"
     display = a.display or ("plain" if sys.stdout.isatty() else "none")
     cfg = RunConfig(benchmark=a.benchmark, methods=a.methods, model=a.model, judge_model=a.judge_model,
@@ -140,7 +163,7 @@ def run(a: argparse.Namespace) -> int:
                     max_connections=a.max_connections, max_retries=a.max_retries,
                     attempt_timeout=a.attempt_timeout, timeout=a.timeout, executor=a.executor,
                     ray_address=a.ray_address, test_processes=a.test_processes, cache_dir=a.cache_dir,
-                    learn_concurrency=a.learn_concurrency)
+                    learn_concurrency=a.learn_concurrency, rerun=_rerun(a))
     con = console()
     summary = Runner(cfg, console=con).run()
     con.print(f"done in {summary['seconds']} s: {summary['rows_new']} new result row(s), "
@@ -162,6 +185,13 @@ def run(a: argparse.Namespace) -> int:
         if not a.allow_degraded:
             return EXIT_DEGRADED
     return 0
+
+
+def _rerun(a: argparse.Namespace) -> list[str]:
+    names = [n for group in a.rerun or [] for n in group]
+    if unknown := [n for n in names if n not in a.methods]:
+        raise ConfigError(f"--rerun {','.join(unknown)}: not among --methods ({','.join(a.methods)})")
+    return names
 
 
 def _run_protocols(a: argparse.Namespace, out: Path, console: Any) -> dict[str, Any]:

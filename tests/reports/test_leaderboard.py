@@ -212,8 +212,13 @@ def test_write_report_end_to_end(tmp_path):
     assert "| s1 | 83.3 | 33.3 | not run |" in md  # per-source: hybrid (2/3+1)/2, no_source 1/3
     assert "| model call failed |" in md and "AuthenticationError" in md
 
-    # HTML: self-contained, escaped, same numbers
-    for external in ("<script", "<link", "href=", "@import", "url("):
+    # HTML: self-contained, escaped, same numbers; its only links are the per-task pages beside it
+    import re
+
+    pages = set(re.findall(r'href="([^"]*)"', html_text))
+    assert pages and all(re.fullmatch(r"compare-[\w.@=+-]+-vs-[\w.@=+-]+\.html", p) for p in pages), pages
+    assert all((run / "report" / p).is_file() for p in pages)
+    for external in ("<script", "<link", "@import", "url("):
         assert external not in html_text
     assert html_text.count("src=") == html_text.count('src="data:image/png;base64,') == 2  # embedded figures only
     assert "<style>" in html_text and "BM25 only &lt;fast&gt;" in html_text
