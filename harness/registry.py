@@ -124,7 +124,7 @@ def get_method_class(name: str) -> Any:
         return _resolve(targets[name])
     except Exception as e:  # noqa: BLE001 - a broken plugin: one line, as `sourcebench list` shows it
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ConfigError(f"method '{name}' cannot be loaded ({type(e).__name__}: {msg})") from None
+        raise ConfigError(f"method '{name}' cannot be loaded ({type(e).__name__}: {msg})") from e
 
 
 def get_benchmark_class(name: str) -> Any:
@@ -225,7 +225,7 @@ def _method_code(module: str, method_version: str) -> dict[str, Any]:
     files: list[Path] = []
     package, version = None, method_version
     if module.startswith("sourcebench.methods."):
-        methods_dir = Path(importlib.import_module("sourcebench.methods").__file__).parent
+        methods_dir = Path(__file__).resolve().parent.parent / "methods"  # the package's folder, not imported
         unit = methods_dir / module.split(".")[2]
         files = _tree(unit) if unit.is_dir() else [unit.with_suffix(".py")]
         files += [methods_dir / f for f in _SHARED_METHOD_MODULES]

@@ -57,6 +57,7 @@ class Variant:
 
 def resolve_method(name: str) -> tuple[Any | None, str]:
     """(class, "") or (None, why it cannot be used): registered names may fail to import."""
+    from sourcebench.harness.errors import ConfigError
     from sourcebench.harness.registry import get_method_class, method_names
 
     if name not in method_names():
@@ -64,8 +65,9 @@ def resolve_method(name: str) -> tuple[Any | None, str]:
     try:
         return get_method_class(name), ""
     except Exception as e:  # noqa: BLE001 - a module not written yet, a broken plugin
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return None, f"method {name} is not available ({type(e).__name__}: {msg})"
+        cause = e.__cause__ if isinstance(e, ConfigError) and e.__cause__ is not None else e  # the registry's wrap
+        msg = str(cause).strip().splitlines()[0] if str(cause).strip() else type(cause).__name__
+        return None, f"method {name} is not available ({type(cause).__name__}: {msg})"
 
 
 def _effective(method: str, config: dict[str, Any]) -> dict[str, Any]:

@@ -52,11 +52,15 @@ def test_compare_prints_wins_losses_ties_and_writes_a_page(run3, tmp_path, capsy
     run = tmp_path / "run"
     shutil.copytree(run3, run)
     rows = rows_of(run)
-    # the scripted model scores every method alike here; one hybrid_rag row is lowered and one raised (and
-    # marked as edited in its answer) so that the page has a win and a loss to show
+    # the scripted model scores every method alike here; on one task hybrid_rag is set to 0 and sourcelearn
+    # to 1, on another the other way round (hybrid_rag's answers marked as edited), so that the page has a
+    # win and a loss to show
     hr = [r for r in rows if r["method"] == "hybrid_rag"]
-    hr[0].update(score=-1.0, answer="EDITED-LOW")
-    hr[1].update(score=2.0, answer="EDITED-HIGH")
+    sl = {r["task_id"]: r for r in rows if r["method"] == "sourcelearn"}
+    hr[0].update(score=0.0, correct=False, answer="EDITED-LOW")
+    sl[hr[0]["task_id"]].update(score=1.0, correct=True)
+    hr[1].update(score=1.0, correct=True, answer="EDITED-HIGH")
+    sl[hr[1]["task_id"]].update(score=0.0, correct=False)
     (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     capsys.readouterr()
     assert main(["compare", str(run), "--method", "sourcelearn", "--baseline", "hybrid_rag"]) == 0
