@@ -1,0 +1,121 @@
+"""Wall time before the run: how long a run's model calls take at a per-call latency and C connections.
+
+The model is a critical-path bound. A run's calls are N in all; at most C are in flight, so they take
+at least N x latency / C. A cell also has dependent calls (a call whose prompt holds an earlier
+call's reply): its longest chain of them, the critical path D, takes D x latency however many
+connections there are. Cells learn at the same time and share the C connections, so the learning
+phase takes about
+
+    max(N_learn x latency / C, max over cells of D x latency)
+
+and the test phase (every task independent, a task a short chain of an answer and a judge call)
+N_test x latency / C plus one task's chain. CPU time of the harness and the methods (retrieval,
+clustering, parsing) is not counted: it is small against seconds-long calls, and
+``benchmarks/learn_throughput_bench.py`` measures how close a run comes to this bound.
+
+Critical paths per method are measured (``CHAINS``): the wall time of a learning cell with unbounded
+connections at a fixed latency, divided by that latency, from ``benchmarks/learn_throughput_bench.py``,
+expressed per unit of the work that makes the chain longer (a guidance task for a method that learns
+from guidance one task after another; nothing for a method whose stages fan out).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+# Default seconds a call takes, per reasoning effort, for ``sourcebench estimate --latency``: the
+# medians a hosted reasoning model (gpt-5 class) answers a method's prompts of a few thousand tokens
+# in; None (no effort given, a non-reasoning model) is a chat model's couple of seconds.
+DEFAULT_LATENCY_S: dict[str | None, float] = {None: 2.0, "none": 2.0, "minimal": 3.0, "low": 6.0, "medium": 12.0,
+                                              "high": 30.0, "xhigh": 60.0, "max": 60.0}
+
+
+@dataclass(frozen=True)
+class Chain:
+    """A method's longest chain of dependent learning calls: ``base`` + ``per_guidance`` x guidance tasks
+    + ``per_level`` x log2(elements) (a hierarchy whose levels wait for each other)."""
+
+    base: float
+    per_guidance: float = 0.0
+    per_level: float = 0.0
+
+    def depth(self, elements: int, guidance: int) -> float:
+        return self.base + self.per_guidance * guidance + self.per_level * math.log2(max(2, elements))
+
+
+# Measured with benchmarks/learn_throughput_bench.py (PhantomWiki, 500 ms a call, unbounded connections);
+# see docs/performance.md. A method missing here is estimated as fully parallel (``UNKNOWN_CHAIN``).
+CHAINS: dict[str, Chain] = {
+    "no_source": Chain(0.0),
+    "full_context": Chain(0.0),
+    "bm25": Chain(0.0),
+    "hybrid_rag": Chain(1.0),  # one contextualisation call per chunk, all at once
+    "raptor": Chain(1.0, per_level=0.5),  # summaries of a level wait for the level below
+    "hipporag2": Chain(3.0),  # NER, then triples, then synonym checks, each per passage at once
+    "awm": Chain(2.0, per_guidance=0.0),  # guidance answered and judged at once, then induction
+    "rika": Chain(6.0),  # atomise, route, relate, each per claim at once
+    "kb-curator": Chain(2.0, per_guidance=3.0),  # an agent loop over guidance tasks
+    "navigator": Chain(2.0),
+    "sourcelearn": Chain(12.0, per_guidance=4.0),  # M0 and MS stages, then the task-guided chain
+}
+UNKNOWN_CHAIN = Chain(1.0)
+
+
+@dataclass
+class WallTime:
+    """Predicted seconds of a run's phases and what bounds each (``"connections"`` or ``"chain"``)."""
+
+    learn_s: float
+    test_s: float
+    learn_bound: str
+    latency_s: float
+    connections: int
+
+    @property
+    def total_s(self) -> float:
+        return self.learn_s + self.test_s
+
+
+def predict(cells: list[dict[str, Any]], latency_s: float, connections: int) -> WallTime:
+    """Wall time of the cells ``[{"method", "elements", "guidance", "learn_calls", "test_calls"}]`` (calls
+    expected, e.g. from ``harness.estimate``) at ``latency_s`` a call and ``connections`` in flight."""
+    c = max(1, connections)
+    n_learn = sum(float(x.get("learn_calls") or 0) for x in cells)
+    n_test = sum(float(x.get("test_calls") or 0) for x in cells)
+    depth = max((min(float(x.get("learn_calls") or 0),
+                     CHAINS.get(x["method"], UNKNOWN_CHAIN).depth(int(x.get("elements") or 0),
+                                                                  int(x.get("guidance") or 0)))
+                 for x in cells), default=0.0)
+    by_connections = n_learn * latency_s / c
+    learn = max(by_connections, depth * latency_s)
+    test = n_test * latency_s / c + (2 * latency_s if n_test else 0.0)
+    return WallTime(learn, test, "connections" if by_connections >= depth * latency_s else "chain", latency_s, c)
+
+
+def human(seconds: float) -> str:
+    """``about 3.2 hours``, ``about 14 minutes``, ``about 40 s``."""
+    if seconds >= 3600:
+        return f"about {seconds / 3600:.1f} hours"
+    if seconds >= 120:
+        return f"about {seconds / 60:.0f} minutes"
+    return f"about {seconds:.0f} s"
+
+
+def eta_s(done: int, expected: float | None, elapsed_s: float) -> float | None:
+    """Seconds left for ``expected`` calls when ``done`` took ``elapsed_s`` (None: no expectation yet, or
+    more calls made than expected, when the method is past its estimate)."""
+    if not expected or done <= 0 or elapsed_s <= 0 or done >= expected:
+        return None
+    return (expected - done) * elapsed_s / done
+
+
+def short(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s"
