@@ -22,6 +22,7 @@ from guidance one task after another; nothing for a method whose stages fan out)
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,6 +62,7 @@ CHAINS: dict[str, Chain] = {
     "sourcelearn": Chain(12.0, per_guidance=4.0),  # M0 and MS stages, then the task-guided chain
 }
 UNKNOWN_CHAIN = Chain(1.0)
+DEFAULT_CONNECTIONS = 32  # harness.budget.DEFAULT_API_CONNECTIONS, `run`'s default for a served model
 
 
 @dataclass
@@ -119,3 +121,52 @@ def short(seconds: float | None) -> str:
     if seconds >= 60:
         return f"{seconds / 60:.0f} min"
     return f"{seconds:.0f} s"
+
+
+def cells_of(cells: list[Any], estimates: list[Any]) -> list[dict[str, Any]]:
+    """``predict``'s cells from ``harness.estimate``'s ``CellUnits`` and ``Estimate`` rows."""
+    calls: dict[tuple, dict[str, float]] = {}
+    for e in estimates:
+        slot = calls.setdefault((e.method, e.source, e.seed), {"learn": 0.0, "test": 0.0})
+        slot["learn" if e.phase.startswith("learn") else "test"] += e.calls
+    out = []
+    for c in cells:
+        n = calls.get((c.method, c.source, c.seed), {"learn": 0.0, "test": 0.0})
+        out.append({"method": c.method, "elements": c.elements, "guidance": c.guidance, "learn_calls": n["learn"],
+                    "test_calls": n["test"]})
+    return out
+
+
+def measured_learn_wall(run_dir: Any) -> float | None:
+    """Seconds of a finished run's learning: from the start of its first artifact build to the end of
+    its last (the manifests' ``created`` and ``build_seconds``); None without artifacts."""
+    import calendar
+    import json
+    from pathlib import Path
+
+    spans = []
+    for man in Path(run_dir).glob("artifacts/*/*/artifact.json"):
+        try:
+            m = json.loads(man.read_text(encoding="utf-8"))
+            end = calendar.timegm(time.strptime(m["created"], "%Y-%m-%dT%H:%M:%SZ"))
+        except (OSError, ValueError, KeyError):
+            continue
+        spans.append((end - float(m.get("build_seconds") or 0), end))
+    if not spans:
+        return None
+    return max(b for _, b in spans) - min(a for a, _ in spans)
+
+
+def wall_lines(groups: list[tuple[str, list[dict[str, Any]]]], latency_s: float, connections: list[int]) -> list[str]:
+    """``sourcebench estimate``'s wall-time lines: per folder and in all (folders one after another)."""
+    lines = []
+    for c in connections:
+        preds = [(label, predict(cells, latency_s, c)) for label, cells in groups]
+        total = sum(p.total_s for _, p in preds)
+        lines.append(f"wall time at C = {c} and {latency_s:g} s a call: {human(total)} "
+                     f"(learning {human(sum(p.learn_s for _, p in preds))[6:]}, "
+                     f"testing {human(sum(p.test_s for _, p in preds))[6:]}; critical-path model, "
+                     "harness CPU not counted)")
+        if len(preds) > 1:
+            lines += [f"  {label}: {human(p.total_s)} (learning bound by {p.learn_bound})" for label, p in preds]
+    return lines
