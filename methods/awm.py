@@ -67,9 +67,7 @@ class AWMConfig(MethodConfig):
     top_k: int = TOP_K  # Hybrid RAG evidence per task, as in the reference baseline
     excerpt_chars: int = 300  # per evidence item inside an experience (the solver saw ~1,200)
     induce_max_tokens: int = 2048  # output budget of the induction call (official webarena setting)
-    # guidance tasks answered and judged at once; None: all of them, the run's connection budget
-    # (--max-connections) bounding the calls in flight
-    concurrency: int | None = None
+    concurrency: int | None = None  # guidance tasks answered and judged at once; None: all (--max-connections bounds)
 
 
 @dataclass(frozen=True)

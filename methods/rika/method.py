@@ -55,8 +55,7 @@ class RIKAConfig(MethodConfig):
     excerpt_chars: int = Field(400, ge=50)  # per retrieved excerpt inside a trajectory
     extract_max_tokens: int = 2048
     step_max_tokens: int = 512  # atomise / route / relate calls
-    # per-claim (and per-task) calls at once; None: all, the run's connection budget bounds them
-    concurrency: int | None = Field(None, ge=1)
+    concurrency: int | None = Field(None, ge=1)  # per-task and per-claim calls at once; None: all (--max-connections)
 
     @field_validator("knowledge_types")
     @classmethod
