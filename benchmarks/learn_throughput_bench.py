@@ -67,7 +67,8 @@ class Server:
 
 
 def learn_once(benchmark: str, method: str, connections: int, out: Path, seeds: list[int], limit: int,
-               options: dict[str, str], data_dir: Path | None, sources: list[str] | None) -> dict[str, Any]:
+               options: dict[str, str], data_dir: Path | None, sources: list[str] | None,
+               method_configs: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Learn the cells of one method (no test phase); every live call's (stage, start, end)."""
     from sourcebench.harness import llm as llm_mod
     from sourcebench.harness.runner import RunConfig, Runner
@@ -94,9 +95,12 @@ def learn_once(benchmark: str, method: str, connections: int, out: Path, seeds: 
     async def no_test(self, cells, done):  # type: ignore[no-untyped-def]
         return None
 
+    from sourcebench.harness.options import resolve_guidance_limit
+
     cfg = RunConfig(benchmark=benchmark, methods=[method], model=MODEL, out=out, seeds=seeds, limit=limit,
+                    guidance_limit=resolve_guidance_limit(limit, None),  # as `run --limit N` does
                     options=options, data_dir=data_dir, sources=sources, embedder="hash", reasoning_effort="medium",
-                    judge_reasoning_effort="medium", max_connections=connections)
+                    judge_reasoning_effort="medium", max_connections=connections, method_configs=method_configs or {})
     llm_mod.LLM._generate_retrying_malformed = timed  # type: ignore[method-assign]
     setattr(llm_mod.LLM, inner_name, staged)
     from sourcebench.harness import runner as runner_mod
@@ -136,9 +140,11 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, help="benchmark data folder (default: the bundled or shared data)")
     ap.add_argument("--sources", help="comma-separated source ids (default: all)")
     ap.add_argument("--no-path", action="store_true", help="skip the unbounded run (no critical path)")
+    ap.add_argument("--method-config", action="append", metavar="METHOD.KEY=VALUE", help="as for `run`")
     ap.add_argument("--json", type=Path, help="also write the numbers here")
     a = ap.parse_args()
     sys.path.insert(0, str(ROOT))
+    from sourcebench.harness.options import method_configs
     options = {"flask": str(a.data_dir / "swe_qa" / "flask")} if a.benchmark == "swe_qa" and a.data_dir else {}
     sources = a.sources.split(",") if a.sources else None
     server = Server(a.latency)
@@ -152,7 +158,7 @@ def main() -> None:
                 with tempfile.TemporaryDirectory(prefix="ltb-") as tmp:
                     t0 = time.perf_counter()
                     res = learn_once(a.benchmark, method, c, Path(tmp) / "run", [int(s) for s in a.seeds.split(",")],
-                                     a.limit, options, a.data_dir, sources)
+                                     a.limit, options, a.data_dir, sources, method_configs(a.method_config))
                     runs[str(c)] = {"stages": summarise(res["calls"], a.latency),
                                     "run_s": time.perf_counter() - t0}
             report["methods"][method] = runs
