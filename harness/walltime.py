@@ -46,20 +46,24 @@ class Chain:
         return self.base + self.per_guidance * guidance + self.per_level * math.log2(max(2, elements))
 
 
-# Measured with benchmarks/learn_throughput_bench.py (PhantomWiki, 500 ms a call, unbounded connections);
-# see docs/performance.md. A method missing here is estimated as fully parallel (``UNKNOWN_CHAIN``).
+# From benchmarks/learn_throughput_bench.py (PhantomWiki seed1_people51_depth20, --limit 3: 2 guidance
+# tasks, 500 ms a call, unbounded connections; docs/performance.md): the wall time over the latency,
+# rounded up; where a method's chain grows with the guidance tasks, the measured path is split into a
+# base and a per-task part by the method's stages (SourceLearn: 39 calls at 2 tasks with its stages
+# unbounded, 7 calls a task: answer, status, lesson, coverage, rewrite, grounding, preservation;
+# kb-curator: 19 of 19 calls, one chain). A method missing here is estimated as one call deep.
 CHAINS: dict[str, Chain] = {
     "no_source": Chain(0.0),
     "full_context": Chain(0.0),
     "bm25": Chain(0.0),
-    "hybrid_rag": Chain(1.0),  # one contextualisation call per chunk, all at once
-    "raptor": Chain(1.0, per_level=0.5),  # summaries of a level wait for the level below
-    "hipporag2": Chain(3.0),  # NER, then triples, then synonym checks, each per passage at once
-    "awm": Chain(2.0, per_guidance=0.0),  # guidance answered and judged at once, then induction
-    "rika": Chain(6.0),  # atomise, route, relate, each per claim at once
-    "kb-curator": Chain(2.0, per_guidance=3.0),  # an agent loop over guidance tasks
-    "navigator": Chain(2.0),
-    "sourcelearn": Chain(12.0, per_guidance=4.0),  # M0 and MS stages, then the task-guided chain
+    "hybrid_rag": Chain(0.0),  # no learning calls
+    "navigator": Chain(0.0),  # no learning calls
+    "raptor": Chain(0.0, per_level=0.5),  # a layer's summaries at once; layers one after another
+    "hipporag2": Chain(3.0),  # NER then triples per chunk, all passages at once (+ a corrective retry)
+    "awm": Chain(3.0),  # guidance answered and judged at once, then one induction call
+    "rika": Chain(3.0, per_guidance=1.0),  # batches of 5 tasks in a chain, each ~5 calls deep
+    "kb-curator": Chain(1.0, per_guidance=9.0),  # one agent loop over the guidance tasks
+    "sourcelearn": Chain(25.0, per_guidance=7.0),  # M0 and MS stages, then the task-guided chain
 }
 UNKNOWN_CHAIN = Chain(1.0)
 DEFAULT_CONNECTIONS = 32  # harness.budget.DEFAULT_API_CONNECTIONS, `run`'s default for a served model
