@@ -36,14 +36,18 @@ DEFAULT_LATENCY_S: dict[str | None, float] = {None: 2.0, "none": 2.0, "minimal":
 @dataclass(frozen=True)
 class Chain:
     """A method's longest chain of dependent learning calls: ``base`` + ``per_guidance`` x guidance tasks
-    + ``per_level`` x log2(elements) (a hierarchy whose levels wait for each other)."""
+    + ``per_level`` x log2(elements) (a hierarchy whose levels wait for each other) + ``per_call`` x its
+    learning calls (what a method's own fixed cap on calls at once adds: its stages then take
+    calls / cap rounds each)."""
 
     base: float
     per_guidance: float = 0.0
     per_level: float = 0.0
+    per_call: float = 0.0
 
-    def depth(self, elements: int, guidance: int) -> float:
-        return self.base + self.per_guidance * guidance + self.per_level * math.log2(max(2, elements))
+    def depth(self, elements: int, guidance: int, calls: float = 0.0) -> float:
+        return (self.base + self.per_guidance * guidance + self.per_level * math.log2(max(2, elements))
+                + self.per_call * calls)
 
 
 # From benchmarks/learn_throughput_bench.py (PhantomWiki seed1_people51_depth20, --limit 3: 2 guidance
@@ -51,7 +55,10 @@ class Chain:
 # rounded up; where a method's chain grows with the guidance tasks, the measured path is split into a
 # base and a per-task part by the method's stages (SourceLearn: 39 calls at 2 tasks with its stages
 # unbounded, 7 calls a task: answer, status, lesson, coverage, rewrite, grounding, preservation;
-# kb-curator: 19 of 19 calls, one chain). A method missing here is estimated as one call deep.
+# kb-curator: 19 of 19 calls, one chain). SourceLearn's stages cap themselves at 4 calls at once
+# (``SourceLearnConfig.concurrency``): measured 84 calls deep for 236 calls with the cap, 39 without,
+# so the cap adds (84 - 39) / 236 = 0.19 a call; drop ``per_call`` when the cap is lifted. A method
+# missing here is estimated as one call deep.
 CHAINS: dict[str, Chain] = {
     "no_source": Chain(0.0),
     "full_context": Chain(0.0),
@@ -63,7 +70,7 @@ CHAINS: dict[str, Chain] = {
     "awm": Chain(3.0),  # guidance answered and judged at once, then one induction call
     "rika": Chain(3.0, per_guidance=1.0),  # batches of 5 tasks in a chain, each ~5 calls deep
     "kb-curator": Chain(1.0, per_guidance=9.0),  # one agent loop over the guidance tasks
-    "sourcelearn": Chain(25.0, per_guidance=7.0),  # M0 and MS stages, then the task-guided chain
+    "sourcelearn": Chain(25.0, per_guidance=7.0, per_call=0.19),  # M0, MS, then the task-guided chain
 }
 UNKNOWN_CHAIN = Chain(1.0)
 DEFAULT_CONNECTIONS = 32  # harness.budget.DEFAULT_API_CONNECTIONS, `run`'s default for a served model
@@ -92,7 +99,8 @@ def predict(cells: list[dict[str, Any]], latency_s: float, connections: int) -> 
     n_test = sum(float(x.get("test_calls") or 0) for x in cells)
     depth = max((min(float(x.get("learn_calls") or 0),
                      CHAINS.get(x["method"], UNKNOWN_CHAIN).depth(int(x.get("elements") or 0),
-                                                                  int(x.get("guidance") or 0)))
+                                                                  int(x.get("guidance") or 0),
+                                                                  float(x.get("learn_calls") or 0)))
                  for x in cells), default=0.0)
     by_connections = n_learn * latency_s / c
     learn = max(by_connections, depth * latency_s)
