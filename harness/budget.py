@@ -8,13 +8,19 @@ calls cannot all pass one check) and stops the run when the total would pass the
 actual reasoning can exceed the mean, so a run can pass the budget by that excess of the calls in
 flight. What a run folder spent in
 earlier invocations counts (read from its usage.jsonl), so a resumed run keeps to the same budget.
+
+``--max-connections``: ``CallGate``, the run's one budget of model calls in flight.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import threading
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .errors import BudgetExceeded, ConfigError
 from .io import read_jsonl
@@ -77,3 +83,78 @@ class Budget:
             self.spent += self.price(inp, out + reasoning)
             self.calls += 1
             self.reasoning += reasoning
+
+
+# --max-connections default for a hosted API (any provider but an in-process ``local/`` model): enough
+# calls in flight to hide a reasoning backend's seconds-long latency, well within the concurrent
+# requests the hosted providers serve per key at their first paid tiers; raise it for a higher tier.
+DEFAULT_API_CONNECTIONS = 32
+
+
+def default_max_connections(model: str) -> int | None:
+    """The run's connection budget when ``--max-connections`` is not given: ``DEFAULT_API_CONNECTIONS``
+    for a served model; None for an in-process ``local/`` model, whose pool of contexts (one call per
+    context) is its own bound."""
+    return None if model.startswith("local/") else DEFAULT_API_CONNECTIONS
+
+
+class CallGate:
+    """The run's connection budget: at most ``limit`` live model calls in flight, across every cell,
+    stage and phase (learning, the learning judge, answering, judging) of this process.
+
+    One gate per run, shared by every ``LLM`` the runner makes, so cells learned at the same time
+    share the budget instead of each bringing its own. Methods may therefore start all their
+    independent calls at once: the gate, not the method, decides how many reach the backend. Cached
+    calls never take a slot. ``limit`` None counts but does not bound (a ``local/`` model's pool).
+    Counters (``in_flight``, ``done``, ``peak``) feed the progress display and the benchmarks; an
+    ``asyncio.Semaphore`` belongs to one event loop, so one is made per loop that uses the gate."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.in_flight = 0
+        self.peak = 0
+        self.done = 0
+        self._loop: Any = None
+        self._sem: asyncio.Semaphore | None = None
+        self._keys: dict[str, asyncio.Event] = {}  # cache keys of the calls in flight (single_flight)
+
+    @contextlib.asynccontextmanager
+    async def single_flight(self, key: str) -> AsyncIterator[None]:
+        """Enter after any call with this cache key already in flight has ended (its reply is then in
+        the cache), so concurrent twins make one live call."""
+        while (twin := self._keys.get(key)) is not None:
+            await twin.wait()
+        done = self._keys[key] = asyncio.Event()
+        try:
+            yield
+        finally:
+            del self._keys[key]
+            done.set()
+
+    def _semaphore(self) -> asyncio.Semaphore | None:
+        if self.limit is None:
+            return None
+        loop = asyncio.get_running_loop()
+        if self._sem is None or self._loop is not loop:
+            self._loop, self._sem = loop, asyncio.Semaphore(max(1, self.limit))
+        return self._sem
+
+    @contextlib.asynccontextmanager
+    async def slot(self, ledger: Any = None) -> AsyncIterator[None]:
+        """Hold one connection for a live call; ``ledger`` (a ``UsageLedger``) counts it in flight too."""
+        sem = self._semaphore()
+        if sem is not None:
+            await sem.acquire()
+        self.in_flight += 1
+        self.peak = max(self.peak, self.in_flight)
+        if ledger is not None:
+            ledger.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+            self.done += 1
+            if ledger is not None:
+                ledger.in_flight -= 1
+            if sem is not None:
+                sem.release()

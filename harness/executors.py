@@ -56,7 +56,8 @@ class LocalExecutor:
         from unittest.mock import patch  # imported here: unittest costs ~0.1 s that one-process runs skip
 
         cfg = runner.cfg
-        conns = math.ceil(cfg.max_connections / n) if cfg.max_connections else None
+        # the run's connection budget is shared: each process gets 1/n of it for the test phase
+        conns = math.ceil(runner.connections / n) if runner.connections else None
         samples = math.ceil(cfg.max_samples / n) if cfg.max_samples else None
         base = replace(cfg, out=runner.out.resolve(), test_processes=1, display="none",
                        max_connections=conns, max_samples=samples,
@@ -144,11 +145,14 @@ class RayExecutor:
                     ms.append(method.name)
                 if split.seed not in ss:
                     ss.append(split.seed)
-            learn = [(f"learn {sid}", task.remote(replace(base, methods=ms, sources=[sid], seeds=ss), "learn"))
+            # the run's connection budget is shared by the tasks running at once (each gets its share)
+            learn_base = _share(base, runner.connections, len(by_source))
+            learn = [(f"learn {sid}", task.remote(replace(learn_base, methods=ms, sources=[sid], seeds=ss), "learn"))
                      for sid, (ms, ss) in by_source.items()]
             await self._gather(ray, learn, runner)
+            test_base = _share(base, runner.connections, len(pending))
             test = [(f"{m.name}/{p[0].id}/seed{p[1].seed}",
-                     task.remote(replace(base, methods=[m.name], sources=[p[0].id], seeds=[p[1].seed]), "test"))
+                     task.remote(replace(test_base, methods=[m.name], sources=[p[0].id], seeds=[p[1].seed]), "test"))
                     for m, p in pending]
             runner.log(f"ray: {len(learn)} learn task(s) done, {len(test)} test cell(s) submitted")
             await self._gather(ray, test, runner)
@@ -172,6 +176,13 @@ class RayExecutor:
             runner.live_calls += int(res.get("live_calls", 0))
         if first is not None:
             raise first
+
+
+def _share(cfg: RunConfig, connections: int | None, n: int) -> RunConfig:
+    """``cfg`` for one of ``n`` tasks that run at once: its share of the run's connection budget."""
+    import math
+
+    return replace(cfg, max_connections=math.ceil(connections / max(1, n))) if connections else cfg
 
 
 def get_executor(name: str, ray_address: str | None = None, test_processes: int = 1) -> LocalExecutor | RayExecutor:

@@ -275,6 +275,7 @@ class UsageLedger:
         self.failures: list[dict[str, str]] = []
         self.failed_by_stage: dict[tuple[str, str, str], int] = defaultdict(int)  # not drained
         self.requests_by_stage: dict[tuple[str, str, str], int] = defaultdict(int)
+        self.in_flight = 0  # live calls of this ledger holding a connection (counted by CallGate)
         # called after every counted call with (stage, status): the runner's progress display
         self.on_call: Callable[[str, str], None] | None = None
 
@@ -479,11 +480,13 @@ _CONTEXT_ERROR = re.compile(r"context_length_exceeded|maximum context length|exc
 class LLM:
     """A model role (solver or judge) with cache and ledger. Bind method/phase with ``.bind``."""
 
-    def __init__(self, spec: ModelSpec, cache: CallCache | None, ledger: UsageLedger, budget: Any = None):
+    def __init__(self, spec: ModelSpec, cache: CallCache | None, ledger: UsageLedger, budget: Any = None,
+                 gate: Any = None):
         self.spec = spec
         self.cache = cache
         self.ledger = ledger
         self.budget = budget  # harness.budget.Budget (--max-cost) or None
+        self.gate = gate  # harness.budget.CallGate (--max-connections, the run's calls in flight) or None
         self._model: Any = None
         self._model_lock = threading.Lock()
 
@@ -624,7 +627,15 @@ class LLM:
         return CallResult(res.text, res.input_tokens, res.output_tokens, cached=res.cached, failed=True, error=err,
                           stop_reason=res.stop_reason, reasoning_tokens=res.reasoning_tokens, cap=res.cap)
 
-    async def _call_once(self, msgs: list[Message], cap: int | None, *, temp: float, json_schema: dict | None,
+    async def _call_once(self, msgs: list[Message], cap: int | None, **kw: Any) -> CallResult:
+        """``_call_uncoalesced``, but a call whose twin (same cache key) is in flight in this run waits for
+        it and is answered from the cache: cells learning at once never pay twice for the same call."""
+        if self.gate is None or self.cache is None:
+            return await self._call_uncoalesced(msgs, cap, **kw)
+        async with self.gate.single_flight(self.cache_key(msgs, cap, kw["temp"], kw["json_schema"])):
+            return await self._call_uncoalesced(msgs, cap, **kw)
+
+    async def _call_uncoalesced(self, msgs: list[Message], cap: int | None, *, temp: float, json_schema: dict | None,
                          schema: type[BaseModel] | None, method: str, phase: str, stage: str,
                          max_retries: int | None, timeout: int | None, attempt_timeout: int | None) -> CallResult:
         """One request with output cap ``cap`` (None: none sent), answered from the cache when it can."""
@@ -677,7 +688,11 @@ class LLM:
         _guard_inspect_logging()
         t0 = time.perf_counter()
         try:
-            out = await self._generate_retrying_malformed(model, msgs, GenerateConfig(**cfg), max_retries)
+            if self.gate is None:
+                out = await self._generate_retrying_malformed(model, msgs, GenerateConfig(**cfg), max_retries)
+            else:  # one slot of the run's connection budget for the call, its retries included
+                async with self.gate.slot(self.ledger):
+                    out = await self._generate_retrying_malformed(model, msgs, GenerateConfig(**cfg), max_retries)
         except asyncio.CancelledError:  # the booking is released below
             raise
         except Exception as e:

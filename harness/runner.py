@@ -29,7 +29,7 @@ from pydantic import BaseModel
 from sourcebench.harness.benchmark import Benchmark
 
 from .artifacts import ArtifactStore
-from .budget import Budget
+from .budget import Budget, CallGate, default_max_connections
 from .data import Answer, Source, Split, Task
 from .embeddings import Embedder, get_embedder
 from .errors import (
@@ -95,7 +95,9 @@ class RunConfig:
     # local executor: test tasks of every cell split over this many processes (one event loop each)
     test_processes: int = 1
     task_shard: tuple[int, int] | None = None  # (i, n): a worker tests only the tasks of shard i of n
-    learn_concurrency: int = 1  # cells learned at the same time (see Runner._learn_all)
+    # cells learned at the same time; None: every pending cell at once for a served model (the connection
+    # budget bounds their calls), one at a time for a local/ one (see Runner.learn_concurrency)
+    learn_concurrency: int | None = None
     # model-call and embedding caches; None: OUT/cache. A folder shared by several runs answers a call
     # that any of them made (same model, settings, messages) without asking the model again
     cache_dir: Path | None = None
@@ -244,8 +246,13 @@ class Runner:
                 self.methods.append(cls(cfg.method_configs.get(name)))
             except Exception as e:  # pydantic validation of the method config
                 raise ConfigError(f"method '{name}': invalid config ({str(e).splitlines()[0]})") from None
+        # the run's connection budget (--max-connections, else the provider's default): one gate for every
+        # call of this process; inspect's own per-model limit is set to the same number so that it never
+        # binds tighter than the gate
+        self.connections = cfg.max_connections or default_max_connections(cfg.model)
+        self.gate = CallGate(self.connections)
         retry = {"max_retries": cfg.max_retries, "timeout": cfg.timeout, "attempt_timeout": cfg.attempt_timeout,
-                 "max_connections": cfg.max_connections}
+                 "max_connections": self.connections}
         self.spec = ModelSpec(name=cfg.model, role="solver", temperature=cfg.temperature, max_tokens=cfg.max_tokens,
                               context_window=cfg.context_window, reasoning_effort=cfg.reasoning_effort,
                               reasoning_tokens=cfg.reasoning_tokens, **retry)
@@ -290,7 +297,7 @@ class Runner:
         return codes[method.name]
 
     def _llm(self, spec: ModelSpec, ledger: UsageLedger) -> LLM:
-        return LLM(spec, self.cache, ledger, self.budget)
+        return LLM(spec, self.cache, ledger, self.budget, self.gate)
 
     def _flush_usage(self, ledger: UsageLedger, source: str, seed: int | None) -> None:
         rows, fails = ledger.drain()
@@ -319,7 +326,8 @@ class Runner:
                          "kind": s.kind, **({"provenance": s.metadata["provenance"]}  # which tree (e.g. pinned)
                                             if s.metadata.get("provenance") else {})} for s in sources],
             "execution": {"executor": self.cfg.executor, "test_processes": self.cfg.test_processes,
-                          "learn_concurrency": self.cfg.learn_concurrency,
+                          "learn_concurrency": self.cfg.learn_concurrency or "auto",
+                          "connections": self.connections,
                           "max_samples": self.max_samples(),
                           "max_connections": self.cfg.max_connections, "max_retries": self.cfg.max_retries,
                           "timeout": self.cfg.timeout, "attempt_timeout": self.cfg.attempt_timeout,
@@ -736,21 +744,55 @@ class Runner:
                    embedder=self.embedder, store=self.store, seed=split.seed, split=split, judge=judge,
                    **{"progress": lambda msg: None, **kw})
 
+    def learn_concurrency(self, n_cells: int) -> int:
+        """Cells learned at once: ``--learn-concurrency`` when given; else, for a served model, every
+        pending cell (the connection budget, not the cell count, bounds the calls in flight, so a cell
+        whose method is a chain of calls leaves the budget to the others); for an in-process ``local/``
+        model one at a time (its contexts keep the prompt prefix of the cell's previous call)."""
+        if self.cfg.learn_concurrency:
+            return self.cfg.learn_concurrency
+        return 1 if self.spec.name.startswith("local/") else max(1, n_cells)
+
+    def _expected_learn_calls(self, method: Method, source: Source, guidance: list[Task]) -> float | None:
+        """The learning calls a cell is expected to make (shipped measured rates), for the time left."""
+        from .estimate import CellUnits, estimate_cells, load_rates
+
+        rates = getattr(self, "_rates", None)
+        if rates is None:
+            rates = self._rates = load_rates()
+        size = sum(len(e.text) for e in source.elements) / max(1, len(source.elements)) / 4
+        cell = CellUnits(method.name, source.id, 0, len(source.elements), size, len(guidance), 0,
+                         bool(method.uses_guidance), source.kind)
+        est, missing = estimate_cells([cell], rates)
+        return None if missing else sum(e.calls for e in est if e.phase in ("learn", "learn_judge")) or None
+
     def _learn_reporter(self, label: str, ledger: UsageLedger, describe: Callable[[str], None],
-                        flush: Callable[[], None] = lambda: None) -> Callable[[str], None]:
+                        flush: Callable[[], None] = lambda: None, expected: float | None = None,
+                        on_any: Callable[[], None] = lambda: None) -> Callable[[str], None]:
         """What a learning cell shows while it builds (hours, with a local model): the method's own
-        progress messages and its model calls so far. A terminal gets them in the live progress bar;
-        a log file (no terminal) gets a timestamped line per message and, at most every
+        progress messages, its model calls so far (done, cached, in flight on the run's connections)
+        and the time left at its pace so far for the calls it is expected to make (``expected``, from
+        the measured rates; "?" without one). A terminal gets them in the live progress bar; a log
+        file (no terminal) gets a timestamped line per message and, at most every
         ``LEARN_LOG_INTERVAL_S``, one with the count of live calls (at every tenth). ``flush`` writes
-        the counts so far to usage.jsonl, at most every ``LEARN_USAGE_FLUSH_S``."""
+        the counts so far to usage.jsonl, at most every ``LEARN_USAGE_FLUSH_S``; ``on_any`` updates the
+        run's line after each call."""
+        from .walltime import eta_s, short
+
         console = self.console
         lines = console is not None and not console.is_terminal
-        state: dict[str, Any] = {"msg": "", "stage": "", "logged": time.monotonic(), "flushed": time.monotonic()}
+        t0 = time.monotonic()
+        state: dict[str, Any] = {"msg": "", "stage": "", "logged": t0, "flushed": t0}
+
+        def pace() -> str:
+            done = ledger.calls("live") + ledger.calls("cached") + ledger.calls("failed")
+            left = eta_s(done, expected, time.monotonic() - t0)
+            return f"{ledger.in_flight} in flight, ~{short(left)} left"
 
         def show() -> None:
             live, cached = ledger.calls("live"), ledger.calls("cached")
             stage = f" [{state['stage']}]" if state["stage"] else ""
-            describe(f"{label}: {state['msg'] or 'learning'}{stage}, {live} live / {cached} cached calls")
+            describe(f"{label}: {state['msg'] or 'learning'}{stage}, {live} live / {cached} cached calls, {pace()}")
 
         def line(text: str) -> None:
             if lines:
@@ -760,13 +802,15 @@ class Runner:
         def on_call(stage: str, status: str) -> None:
             state["stage"] = stage
             show()
+            on_any()
             if time.monotonic() - state["flushed"] >= self.LEARN_USAGE_FLUSH_S:
                 state["flushed"] = time.monotonic()
                 flush()
             if status == "live" and ledger.calls("live") % 10 == 0 \
                     and time.monotonic() - state["logged"] >= self.LEARN_LOG_INTERVAL_S:
                 state["logged"] = time.monotonic()
-                line(f"{ledger.calls('live')} live, {ledger.calls('cached')} cached calls (stage {stage or '-'})")
+                line(f"{ledger.calls('live')} live, {ledger.calls('cached')} cached calls (stage {stage or '-'}), "
+                     f"{pace()}")
 
         def report(msg: str) -> None:
             state["msg"] = msg
@@ -777,31 +821,53 @@ class Runner:
         return report
 
     async def _learn_all(self, pending: list) -> list[Cell]:
-        """Learn every pending cell, ``cfg.learn_concurrency`` at a time (cells keep their order).
+        """Learn every pending cell, ``learn_concurrency`` at a time (cells keep their order).
 
-        One cell at a time by default. More helps methods whose learning is one long sequence of
-        calls (KB curation, AWM) when the backend can serve several at once (a local model with one
-        context per core, an API): their cells then overlap. Cells sharing a sub-artifact (SourceLearn's
-        M0) wait for one build of it (``ArtifactStore`` locks per key)."""
+        For a served model every cell at once by default: the run's connection budget (``self.gate``)
+        bounds the calls in flight, so a cell whose method is a chain of calls (KB curation, SourceLearn's
+        task-guided learning) leaves the connections to the other cells' independent calls. Concurrency
+        never changes what is learned: every call is keyed by its messages, and cells sharing a
+        sub-artifact (SourceLearn's M0 and MS) wait for one build of it (``ArtifactStore`` locks per key).
+        The run's line shows the calls done and in flight on the run's connections and the time left
+        for the calls the pending cells are expected to make (measured rates)."""
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        limit = asyncio.Semaphore(max(1, self.cfg.learn_concurrency))
+        from .walltime import eta_s, short
+
+        concurrency = self.learn_concurrency(len(pending))
+        limit = asyncio.Semaphore(concurrency)
+        expected = [self._expected_learn_calls(m, p[0], p[2]) for m, p in pending]
+        total_expected = sum(v for v in expected if v) if all(expected) else None
+        ledgers: list[UsageLedger] = []
+        t0 = time.monotonic()
         with Progress(TextColumn("[bold]learn[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
                       TimeElapsedColumn(), console=self.console, disable=self.console is None,
                       transient=False) as progress:
             bar = progress.add_task("artifacts", total=len(pending))
+            last = [0.0]
+
+            def run_line() -> None:  # at most 4 times a second: a fast backend calls this thousands of times
+                now = time.monotonic()
+                if now - last[0] < 0.25 or concurrency <= 1:
+                    return
+                last[0] = now
+                done = sum(lg.calls("live") + lg.calls("cached") + lg.calls("failed") for lg in ledgers)
+                cap = f"/{self.connections}" if self.connections else ""
+                progress.update(bar, description=f"artifacts: {done} calls, {self.gate.in_flight}{cap} in flight, "
+                                f"~{short(eta_s(done, total_expected, now - t0))} left")
 
             async def learn_one(method: Method, source: Source, split: Split, guidance: list[Task],
-                                tests: list[Task]) -> Cell:
+                                tests: list[Task], expect: float | None) -> Cell:
                 async with limit:
                     ledger = UsageLedger()
+                    ledgers.append(ledger)
                     inputs = self._artifact_inputs(method, source, split, guidance)
                     label = f"{method.name} on {source.id} (seed {split.seed})"
-                    row = bar if self.cfg.learn_concurrency <= 1 else progress.add_task(label, total=None)
+                    row = bar if concurrency <= 1 else progress.add_task(label, total=None)
                     progress.update(row, description=label)
                     keys = (source.id, split.seed if method.uses_guidance else None)
                     report = self._learn_reporter(label, ledger, lambda text: progress.update(row, description=text),
-                                                  lambda: self._flush_usage(ledger, *keys))
+                                                  lambda: self._flush_usage(ledger, *keys), expect, run_line)
 
                     async def build(folder: Path) -> dict[str, Any]:
                         ctx = self.context(LearnContext, method, source, split, ledger, "learn", workdir=folder,
@@ -823,7 +889,7 @@ class Runner:
                     progress.advance(bar)
                     return Cell(method, source, split, tests, folder, UsageLedger())
 
-            jobs = [asyncio.ensure_future(learn_one(m, *rest)) for m, rest in pending]
+            jobs = [asyncio.ensure_future(learn_one(m, *rest, expect)) for (m, rest), expect in zip(pending, expected)]
             try:
                 return list(await asyncio.gather(*jobs))
             except BaseException:  # the first failure stops the other cells (their partial builds are removed)
@@ -895,9 +961,11 @@ class Runner:
         """Test only shard ``shard`` (i, n) of every cell's tasks, with these limits (``--test-processes``:
         the driver takes shard 0 while worker processes take the others); ``None`` restores a whole run."""
         self.cfg = replace(self.cfg, task_shard=shard, max_connections=max_connections, max_samples=max_samples)
-        self.spec = replace(self.spec, max_connections=max_connections)
+        self.connections = max_connections or default_max_connections(self.cfg.model)
+        self.gate = CallGate(self.connections)
+        self.spec = replace(self.spec, max_connections=self.connections)
         if self.judge_spec:
-            self.judge_spec = replace(self.judge_spec, max_connections=max_connections)
+            self.judge_spec = replace(self.judge_spec, max_connections=self.connections)
 
     def _max_cells(self, n: int) -> int:
         """Cells tested at once. An in-process ``local/`` model reuses each context's KV cache for
@@ -911,10 +979,11 @@ class Runner:
     def max_samples(self) -> int | None:
         """Concurrent test tasks. With ``--max-connections C`` and no ``--max-samples``: 2C, so that
         every connection has a task ready while others are being prepared or scored (with C, a
-        connection idles whenever its task is busy on the CPU; see benchmarks/throughput_bench.py)."""
+        connection idles whenever its task is busy on the CPU; see benchmarks/throughput_bench.py). Without
+        it, C is the run's default connection budget (``default_max_connections``)."""
         if self.cfg.max_samples:
             return self.cfg.max_samples
-        return 2 * self.cfg.max_connections if self.cfg.max_connections else None
+        return 2 * self.connections if self.connections else None
 
     def result_row(self, cell: Cell, task: Task, answer: Answer, score: Any) -> dict[str, Any]:
         if self.store.broken:  # an artifact failed its check while answering: no row (the run stops on it)

@@ -23,6 +23,7 @@ answer prompt, not an agent's system prompt.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 from dataclasses import dataclass
@@ -66,7 +67,7 @@ class AWMConfig(MethodConfig):
     top_k: int = TOP_K  # Hybrid RAG evidence per task, as in the reference baseline
     excerpt_chars: int = 300  # per evidence item inside an experience (the solver saw ~1,200)
     induce_max_tokens: int = 2048  # output budget of the induction call (official webarena setting)
-    concurrency: int = 8  # guidance tasks answered and judged at once
+    concurrency: int | None = None  # guidance tasks answered and judged at once; None: all (--max-connections bounds)
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,12 @@ def render_workflows(workflows: list[Workflow]) -> str:
 
 
 class AWM(Method):
-    """Agent Workflow Memory, offline induction over judged guidance experiences."""
+    """Agent Workflow Memory, offline induction over judged guidance experiences.
+
+    Parallel stages and chains (learning): every guidance task is answered and judged at once (each a
+    chain of an answer then its judgement; ``concurrency`` None, the default, leaves the bound to the
+    run's connection budget), then one induction call over the successes: a critical path of three
+    calls."""
 
     name = "awm"
     version = "2"  # 2: the shared index is name + excerpt over section and symbol elements
@@ -262,7 +268,8 @@ class AWM(Method):
     async def _experiences(self, guidance: list[Task], ctx: LearnContext) -> list[Experience]:
         """Solve and judge every guidance task exactly as a test task would be solved."""
         index = await load_index(ctx)
-        gate = asyncio.Semaphore(max(1, self.config.concurrency))
+        limit = self.config.concurrency
+        gate = asyncio.Semaphore(max(1, limit)) if limit else contextlib.nullcontext()
 
         async def one(task: Task) -> Experience:
             async with gate:

@@ -60,6 +60,11 @@ class HybridRAGConfig(MethodConfig):
 
 
 class HybridRAG(Method):
+    """BM25 and dense retrieval over the source elements, fused by reciprocal rank.
+
+    Parallel stages and chains (learning): none: building the index makes no model calls (its
+    embeddings are batched by the embedder); every test task is one answer call."""
+
     name = "hybrid_rag"
     version = "2"  # 2: name + excerpt indexed for BM25 and dense; file elements of files with symbols left out
     Config = HybridRAGConfig

@@ -242,7 +242,11 @@ async def navigate(question: str, book: Book, ctx: Context, cfg: NavigatorConfig
 
 
 class Navigator(Method):
-    """An agent that studies the source through a table of contents, keyword search and section reads."""
+    """An agent that studies the source through a table of contents, keyword search and section reads.
+
+    Parallel stages and chains: learning makes no model calls (the table of contents is built from the
+    source); at test time each task is a chain of navigation steps (each step reads what the previous
+    one chose), and tasks run at once."""
 
     name = "navigator"
     version = "2"  # 2: step prompts fit the window in the local model's own tokens

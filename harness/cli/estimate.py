@@ -52,6 +52,11 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    help="expected share of test tasks on which two compared methods disagree, for the smallest "
                    f"detectable effect (default {DEFAULT_DISCORDANCE})")
     e.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    e.add_argument("--latency", type=float, metavar="S", help="seconds a model call takes, for the expected wall "
+                   "time (default: by --reasoning-effort, 12 s at medium; see docs/performance.md)")
+    e.add_argument("--reasoning-effort", help="the solver's reasoning effort, for the default --latency")
+    e.add_argument("--max-connections", type=csv_list, metavar="C[,C...]", help="the run's connection budget(s) "
+                   "for the expected wall time (default 32, as `run` for a served model)")
     return e
 
 
@@ -136,6 +141,7 @@ def run(a: argparse.Namespace) -> int:
                                a.price_output)
     if a.compare:
         report["compare"] = _compare(a.compare, all_est)
+    report["wall_time"] = _wall(a, groups, all_est)
     if a.json:
         print(json.dumps(report, indent=1, default=str))
         return 0
@@ -171,6 +177,27 @@ def _compare(run_dir: Path, est: list[Estimate]) -> dict[str, Any]:
     tot = {k: (sum(r[f"{k}_estimated"] for r in rows), sum(r[f"{k}_measured"] for r in rows))
            for k in ("calls", "input_tokens", "output_tokens", "reasoning_tokens")}
     return {"run": str(run_dir), "rows": rows, "totals": tot}
+
+
+def _wall(a: argparse.Namespace, groups: list, est: list[Estimate]) -> dict[str, Any]:
+    """Expected wall time at ``--latency`` and ``--max-connections`` (``harness/walltime.py``), and, with
+    ``--compare``, the run's measured learning wall time against the prediction at its connections."""
+    from .. import walltime
+
+    latency = a.latency or walltime.DEFAULT_LATENCY_S.get(a.reasoning_effort, walltime.DEFAULT_LATENCY_S["medium"])
+    try:
+        conns = [int(c) for c in (a.max_connections or [walltime.DEFAULT_CONNECTIONS])]
+    except ValueError:
+        raise ConfigError(f"--max-connections {','.join(a.max_connections)}: expected integers") from None
+    cells = [(label, walltime.cells_of(cs, est)) for label, cs in groups]
+    out: dict[str, Any] = {"latency_s": latency, "connections": conns,
+                           "lines": walltime.wall_lines(cells, latency, conns)}
+    if a.compare:
+        run = json.loads((Path(a.compare) / "run.json").read_text()) if (Path(a.compare) / "run.json").is_file() else {}
+        c = int((run.get("execution") or {}).get("connections") or conns[0])
+        out["predicted_learn_s"] = sum(walltime.predict(x, latency, c).learn_s for _, x in cells)
+        out["measured_learn_s"] = walltime.measured_learn_wall(a.compare)
+    return out
 
 
 def _n(x: float) -> str:
@@ -215,11 +242,17 @@ def _print(report: dict[str, Any], a: argparse.Namespace) -> None:
     console.print(line)
     for n in report["notes"]:
         console.print(f"[yellow]{n}[/]")
+    for line in report["wall_time"]["lines"]:
+        console.print(line)
     if "compare" in report:
         c = report["compare"]
         console.print(f"against the finished run {c['run']}:")
         for k, (x, m) in c["totals"].items():
             console.print(f"  {k}: estimated {_n(x)}, measured {_n(m)} ({within(x, m)})")
+        w = report["wall_time"].get("measured_learn_s")
+        if w is not None:
+            x = report["wall_time"]["predicted_learn_s"]
+            console.print(f"  learning wall time: predicted {x:,.0f} s, measured {w:,.0f} s ({within(x, w)})")
 
 
 __all__ = ["add_parser", "run"]

@@ -86,7 +86,9 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
     add_cost_arguments(r)
     r.add_argument("--max-samples", type=positive_int, help="concurrent test tasks (default: twice --max-connections "
                    "when that is given, else inspect's)")
-    r.add_argument("--max-connections", type=positive_int, help="concurrent model calls (default: inspect's, per provider)")
+    r.add_argument("--max-connections", type=positive_int, help="the run's connection budget: model calls in flight "
+                   "at once across every cell, stage and phase, learning included (default: 32 for a served model, "
+                   "the hosted APIs' first paid tiers serve more; a local/ model's pool of contexts)")
     r.add_argument("--max-retries", type=non_negative_int, default=5, help="retries of a failed model call (HTTP 429/5xx, "
                    "timeout, dropped connection, unparsable reply) with exponential backoff, after which the task "
                    "is a scored failure with the reason (default 5)")
@@ -99,10 +101,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    "processes (local executor; --max-connections and --max-samples are shared among them). "
                    "For fast remote endpoints at high concurrency, where one process is CPU-bound; not for "
                    "local/ models, which would be loaded once per process (default 1)")
-    r.add_argument("--learn-concurrency", type=positive_int, default=1, help="cells (method x source x seed) learned "
-                   "at the same time (default 1). Methods whose learning is one long chain of calls (kb-curator, "
-                   "awm) gain when the backend serves several calls at once: on a 2-core machine with local/ "
-                   "models, 2 (one llama.cpp context per core)")
+    r.add_argument("--learn-concurrency", type=positive_int, help="cells (method x source x seed) learned at the "
+                   "same time. Default: every pending cell for a served model (--max-connections bounds their calls "
+                   "in flight, so chains of calls in one cell leave the connections to the others); one for a "
+                   "local/ model (on a 2-core machine, 2 overlaps cells: one llama.cpp context per core)")
     r.add_argument("--ray-address", help="Ray cluster to use with --executor ray, e.g. auto or ray://head:10001 "
                    "(default: start a local instance)")
     r.add_argument("--display", default=None, choices=["full", "conversation", "rich", "plain", "log", "none"],

@@ -94,6 +94,12 @@ class HippoRAG2(Method):
     prompts with schema-constrained JSON replies; the run's embedder without query instructions;
     Unicode-aware entity normalisation; deterministic tie-breaking and a divide-by-zero-free min-max
     normalisation.
+
+    Parallel stages and chains (learning): OpenIE runs on every passage at once, bounded only by the
+    run's connection budget, and so do the chunks of a long passage; each chunk is a chain of
+    named-entity recognition then triple extraction (the triples prompt lists the entities found), so
+    the critical path is two calls (three with a structured reply's corrective retry). Graph building and synonym edges use
+    embeddings, no model calls.
     """
 
     name = "hipporag2"

@@ -31,7 +31,6 @@ Triple = tuple[str, str, str]
 
 OPENIE_MAX_TOKENS = 2048  # output budget of each extraction call (the official default)
 CHUNK_TOKENS = 1000  # passage text per extraction call (characters / 4); longer passages are read in chunks
-CONCURRENCY = 16  # passages in flight at once; the model layer caps connections itself
 
 _NON_ALNUM = re.compile(r"[\W_]+", re.UNICODE)
 
@@ -133,8 +132,8 @@ async def extract_passage(llm: BoundLLM, element: Element, chunk_chars: int) -> 
     out = PassageExtraction(element.id, chunks=len(texts))
     entities: dict[str, None] = {}
     triples: dict[Triple, None] = {}
-    for text in texts:
-        ents, tris = await _extract_chunk(llm, text)
+    # the chunks of a passage are independent (each its own NER -> triples chain): all at once, merged in order
+    for ents, tris in await asyncio.gather(*(_extract_chunk(llm, text) for text in texts)):
         if ents is None:
             out.ner_failed_chunks += 1
         else:
@@ -151,14 +150,13 @@ async def extract_passage(llm: BoundLLM, element: Element, chunk_chars: int) -> 
 async def extract_all(llm: BoundLLM, elements: list[Element], chunk_chars: int,
                       progress: Callable[[str], None] = lambda msg: None) -> list[PassageExtraction]:
     """OpenIE over all passages (each read whole, in chunks of ``chunk_chars``), concurrently; results
-    come back in element order."""
-    sem = asyncio.Semaphore(CONCURRENCY)
+    come back in element order. Every passage starts at once: the run's connection budget
+    (``--max-connections``) bounds the calls in flight."""
     done = 0
 
     async def one(e: Element) -> PassageExtraction:
         nonlocal done
-        async with sem:
-            res = await extract_passage(llm, e, chunk_chars)
+        res = await extract_passage(llm, e, chunk_chars)
         done += 1
         if done % 100 == 0 or done == len(elements):
             progress(f"hipporag2 openie: {done}/{len(elements)} passages")

@@ -63,7 +63,12 @@ class KBState:
 
 
 class KBCurator(Method):
-    """Supervised curation of a linked document store, read by a fixed search/read/answer reader."""
+    """Supervised curation of a linked document store, read by a fixed search/read/answer reader.
+
+    Parallel stages and chains (learning): one chain. Guidance tasks are curated one after another,
+    each an agent loop whose steps read the store the previous steps (and tasks) edited, as in the
+    supervised curation the method follows; parallelising tasks would change what is learned. A
+    run's other cells fill the connection budget meanwhile."""
 
     name = "kb-curator"
     version = "4"  # 2: link_many bounded; 3: step prompts fit the window; 4: index text name + excerpt

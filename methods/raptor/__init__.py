@@ -137,7 +137,11 @@ def bound_summary(text: str, counter: TokenCounter, max_tokens: int) -> tuple[st
 
 
 class RAPTOR(Method):
-    """Recursive abstractive summaries in a tree; collapsed-tree retrieval over all its nodes."""
+    """Recursive abstractive summaries in a tree; collapsed-tree retrieval over all its nodes.
+
+    Parallel stages and chains (learning): the summaries of one layer's clusters run at once, bounded
+    only by the run's connection budget; the layers are a chain (a layer clusters the summaries of the
+    layer below), so the critical path is one call per layer."""
 
     name = "raptor"
     # 2: code files chunked once, as their non-overlapping pieces (was: file and every symbol)

@@ -113,7 +113,7 @@ def atoms_of(claim: ExtractedClaim, items: list[AtomItem] | None, by_task: dict[
 
 
 async def atomise_claims(claims: list[ExtractedClaim], trajectories: list[Trajectory], llm: BoundLLM, *,
-                         excerpt_chars: int, max_tokens: int, concurrency: int) -> tuple[list[Atom], Counter]:
+                         excerpt_chars: int, max_tokens: int, concurrency: int | None) -> tuple[list[Atom], Counter]:
     by_task = {t.task_id: t for t in trajectories}
 
     async def one(claim: ExtractedClaim):

@@ -55,7 +55,7 @@ class RIKAConfig(MethodConfig):
     excerpt_chars: int = Field(400, ge=50)  # per retrieved excerpt inside a trajectory
     extract_max_tokens: int = 2048
     step_max_tokens: int = 512  # atomise / route / relate calls
-    concurrency: int = Field(8, ge=1)
+    concurrency: int | None = Field(None, ge=1)  # per-task and per-claim calls at once; None: all (--max-connections)
 
     @field_validator("knowledge_types")
     @classmethod
@@ -83,6 +83,13 @@ class RIKA(Method):
     ``entries(state)`` lists ``(entry_id, rendered text)`` in rendering order;
     ``without(state, entry_id)`` returns a new state whose notes omit exactly that claim (every
     other claim rendered unchanged). Unknown ids raise ``KeyError``.
+
+    Parallel stages and chains (learning): the batches are a chain (batch j+1's tasks see the document
+    admitted after batch j, and its claims are judged against the store batch j left). Within a batch,
+    every task is answered and judged at once; extraction runs per trajectory at once (conceptual and
+    metacognitive after the factual and procedural claims they build on), then atomisation, routing and
+    relation judgement each per claim at once, each stage waiting for the previous one. ``concurrency``
+    None (the default) leaves the bound to the run's connection budget.
     """
 
     name = "rika"

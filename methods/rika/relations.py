@@ -109,7 +109,7 @@ def candidate_lists(store: ClaimStore, atoms: list[Atom], embedder: Embedder, n:
 
 async def judge_relations(store: ClaimStore, atoms: list[Atom], llm: BoundLLM, embedder: Embedder, *,
                           n_candidates: int, max_tokens: int,
-                          concurrency: int) -> tuple[list[list[Judgement] | None], Counter]:
+                          concurrency: int | None) -> tuple[list[list[Judgement] | None], Counter]:
     """Judgements per atom, in atom order; None marks an atom whose judgment failed (withheld)."""
     dups = exact_duplicates(store, atoms)
     cands = candidate_lists(store, atoms, embedder, n_candidates)

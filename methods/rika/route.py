@@ -50,7 +50,7 @@ def route_messages(atom: Atom) -> list[dict[str, str]]:
 
 
 async def route_atoms(atoms: list[Atom], llm: BoundLLM, *, mode: RoutingMode, max_tokens: int,
-                      concurrency: int) -> tuple[list[Atom], Counter]:
+                      concurrency: int | None) -> tuple[list[Atom], Counter]:
     counts: Counter = Counter()
     if mode != "model":
         counts[mode] += len(atoms)

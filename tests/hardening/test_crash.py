@@ -125,7 +125,7 @@ def test_kill_while_learning_then_resume(tmp_path, reference):
     assert info["kept_rows"] == 0 and len(info["cached_at_kill"]) >= 3
 
 
-@pytest.mark.parametrize("extra", [(), ("--learn-concurrency", "2")], ids=["one-cell-at-a-time", "cells-at-once"])
+@pytest.mark.parametrize("extra", [("--learn-concurrency", "1"), ()], ids=["one-cell-at-a-time", "cells-at-once"])
 def test_sigterm_while_learning_counts_the_calls_and_removes_the_partial_build(tmp_path, reference, extra):
     """``kill`` (SIGTERM) stops a run as Ctrl-C does: the learning calls made so far are counted in
     usage.jsonl (a SIGKILL would lose them), no half-built artifact folder is left, and the same

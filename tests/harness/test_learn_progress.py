@@ -31,6 +31,18 @@ def test_learning_progress_reaches_a_log_file(tmp_path, monkeypatch):
     counts = [int(m.group(1)) for x in learn if (m := re.search(r": (\d+) live, \d+ cached calls \(stage (\w+)\)", x))]
     assert counts and all(c % 10 == 0 for c in counts)
     assert counts == sorted(counts) and max(counts) <= summary["live_calls"]
+    # each count line also says how many of the cell's calls are in flight and the time left at its pace
+    # (hipporag2 has measured rates, so the time left is a number, not "?")
+    paces = [m for x in learn if (m := re.search(r"cached calls \(stage \w+\), (\d+) in flight, ~(\S+ \w+|\?) left", x))]
+    assert paces and all(m.group(2) != "?" for m in paces[:1]), learn[-3:]
+
+
+def test_time_left_from_the_pace_so_far():
+    from sourcebench.harness.walltime import eta_s, short
+
+    assert eta_s(25, 100, 10.0) == 30.0  # 75 calls left at 2.5 calls a second
+    assert eta_s(0, 100, 10.0) is None and eta_s(120, 100, 10.0) is None and eta_s(5, None, 1.0) is None
+    assert short(30.0) == "30 s" and short(5400.0) == "1.5 h" and short(None) == "?"
 
 
 def test_cells_of_a_local_model_are_tested_one_after_another(tmp_path):
