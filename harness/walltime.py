@@ -70,7 +70,7 @@ CHAINS: dict[str, Chain] = {
     "awm": Chain(3.0),  # guidance answered and judged at once, then one induction call
     "rika": Chain(3.0, per_guidance=1.0),  # batches of 5 tasks in a chain, each ~5 calls deep
     "kb-curator": Chain(1.0, per_guidance=9.0),  # one agent loop over the guidance tasks
-    "sourcelearn": Chain(25.0, per_guidance=7.0, per_call=0.19),  # M0, MS, then the task-guided chain
+    "sourcelearn": Chain(25.0, per_guidance=7.0),  # M0, MS, then the task-guided chain
 }
 UNKNOWN_CHAIN = Chain(1.0)
 DEFAULT_CONNECTIONS = 32  # harness.budget.DEFAULT_API_CONNECTIONS, `run`'s default for a served model

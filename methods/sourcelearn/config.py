@@ -45,5 +45,5 @@ class SourceLearnConfig(TaskTimeConfig):
     # -- task time only
     top_k: int = 8  # Hybrid RAG evidence at task time (Figure 5a varies it down to 0); never read by learning
     exclude_gold: bool = False  # Hybrid RAG evidence without the task's gold elements (Figure 5b)
-    concurrency: int = 4  # concurrent LLM calls within a stage
+    concurrency: int = 256  # LLM calls of one stage at once; the run's --max-connections bounds what is in flight
     seed: int = 0

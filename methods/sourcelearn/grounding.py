@@ -353,7 +353,7 @@ class Grounded:
 
 async def ground_rewrite(llm: BoundLLM, statements: list[str], evidence_ids: list[str], source: Source,
                          stage: str, stats: GateStats, chars: int = GROUND_CHARS,
-                         concurrency: int = 4, batch: int = GROUND_BATCH) -> list[Grounded]:
+                         concurrency: int = 256, batch: int = GROUND_BATCH) -> list[Grounded]:
     """The rewrite's grounding gate (official ``prepare_rewrite``): batched judgement of every statement
     against all the evidence, then for each failure one narrowing and a single re-judgement, both on the
     same evidence (at most GROUND_CHARS an element, official ``narrow_to_evidence`` / ``ground``)."""

@@ -358,7 +358,7 @@ class RewriteSpec:
     max_changed: int | None = None
     delta: bool = False  # True: units the writer neither keeps nor absorbs stay (refinement)
     protect_new: bool = False  # units written by this stage become protected (task-learned)
-    concurrency: int = 4
+    concurrency: int = 256  # as SourceLearnConfig.concurrency
 
     def evidence_chars(self) -> int:
         """The writer's window per evidence element (its first characters)."""
