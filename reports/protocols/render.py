@@ -16,6 +16,7 @@ from sourcebench.harness.errors import SourceBenchError
 from sourcebench.harness.io import read_json
 
 from ..layout import NA, Figure, Table, fmt_p, pct, safe
+from ..provenance_marks import mark, notes_for
 from ..rundata import RunData, missing_rows
 from ..stats import format_delta, wilson_interval
 from . import breakeven, keyoverlap
@@ -318,4 +319,18 @@ def protocol_sections(data: RunData, names: list[str], baseline: str = "hybrid_r
     """(section title, tables) for each requested protocol, in the order given, with health marks; ``seed``
     seeds the recomputed protocols' resampling (the report's --seed)."""
     bad = unhealthy_methods(data)
-    return [(TITLES[n], mark_health(tables_for(n, data, baseline, data_dir, seed), bad)) for n in names]
+    notes = notes_for(data.run)
+    return [(TITLES[n], mark_substitutes(mark_health(tables_for(n, data, baseline, data_dir, seed), bad), notes))
+            for n in names]
+
+
+def mark_substitutes(tables: list[Table | Figure], notes: list[str]) -> list[Table | Figure]:
+    """A run whose numbers include a source that is not the paper's (``reports.provenance_marks``): every
+    protocol table computed on it carries the mark in its title and the footnotes naming the trees."""
+    if not notes:
+        return tables
+    for t in tables:
+        t.title = mark(t.title, notes)
+        if isinstance(t, Table):
+            t.note = " ".join(x for x in (t.note, *notes) if x)
+    return tables

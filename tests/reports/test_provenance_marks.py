@@ -73,3 +73,14 @@ def test_table1_marks_the_cells_computed_on_a_substitute_source(tmp_path):
     assert all(not r.cells[t.columns.index("MultiDoc2Dial")].substitute for r in t.rows)
     md = to_markdown(t)
     assert md.count(MARK) >= 3 and "swe\\_qa/conan: not the pinned tree" in md
+
+
+def test_protocol_tables_of_a_run_with_a_substitute_carry_the_mark_and_the_note():
+    from sourcebench.reports.layout import Table
+    from sourcebench.reports.protocols.render import mark_substitutes
+
+    tables = [Table("swe_qa: break-even", ["method"], [["m"]], "A note.")]
+    [t] = mark_substitutes(tables, [NOTE])
+    assert t.title.endswith(MARK) and t.note == "A note. " + NOTE
+    [same] = mark_substitutes([Table("x", ["method"], [["m"]])], [])
+    assert same.title == "x" and same.note == ""
