@@ -136,11 +136,12 @@ def test_schema_bounds_reach_the_server(api_env, tmp_path):
 
 
 def test_a_missing_service_variable_is_named(monkeypatch, tmp_path):
-    monkeypatch.delenv("LLAMACPP_BASE_URL", raising=False)
-    monkeypatch.delenv("LLAMACPP_API_KEY", raising=False)
+    # a service no other test configures (inspect-ai keeps models it made, with their variables, per name)
+    monkeypatch.delenv("UNSETSVC_BASE_URL", raising=False)
+    monkeypatch.delenv("UNSETSVC_API_KEY", raising=False)
     with pytest.raises(ModelUnavailableError) as e:
-        make(tmp_path, name="openai-api/llamacpp/smollm2").inspect_model()
-    assert "LLAMACPP_API_KEY" in str(e.value) and "LLAMACPP_BASE_URL" in str(e.value) and "\n" not in str(e.value)
+        make(tmp_path, name="openai-api/unsetsvc/smollm2").inspect_model()
+    assert "UNSETSVC_API_KEY" in str(e.value) and "UNSETSVC_BASE_URL" in str(e.value) and "\n" not in str(e.value)
 
 
 def _cli(out: Path, *extra: str, methods: str = "no_source", model: str = PLAIN) -> int:
