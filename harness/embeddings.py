@@ -141,9 +141,6 @@ class Embedder(abc.ABC):
     def embed(self, texts: list[str]) -> np.ndarray:
         return self.embed_prepared(self.prepare(texts))
 
-    def embed_one(self, text: str) -> np.ndarray:
-        return self.embed([text])[0]
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}(name={self.name!r})"
 

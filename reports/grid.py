@@ -103,11 +103,6 @@ def accuracy_cell(rows: list[dict[str, Any]], n_boot: int, seed: int, why_not: s
                 rows=rows)
 
 
-def mean_cell(values: list[float]) -> Cell:
-    """A plain mean of accuracies (e.g. over benchmarks); no interval."""
-    return Cell(value=sum(values) / len(values)) if values else not_run("no values to average")
-
-
 def set_delta(cell: Cell, base: Cell) -> None:
     """Δ of ``cell`` against ``base``: the paired statistic where both have rows (the one tested), else
     (a mean over benchmarks, which has no rows) the difference of the displayed values."""

@@ -28,7 +28,6 @@ decoding by constrained decoders and structured-output APIs, and still checked i
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -434,8 +433,3 @@ class SourceLearnWithoutFailure(SourceLearnBase):
     task_learning = True
     local = False
     zero_learning_variant = "sourcelearn-ms"  # MS: what its task learning starts from
-
-
-def read_stats(artifact_dir: Path) -> dict[str, Any]:
-    """The learn stats a variant saved next to its model (for reports and audits)."""
-    return json.loads((Path(artifact_dir) / STATS_FILE).read_text())
