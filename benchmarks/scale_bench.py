@@ -1,4 +1,4 @@
-"""Scale benchmark (issue 24): each method built on the paper's largest sources against an instant API.
+"""Scale benchmark: each method built on the paper's largest sources against an instant API.
 
 Every (method, source) pair runs as its own ``sourcebench run ... --seeds 0 --limit 2`` subprocess
 against the API-like test backend (``tests/backends/api_server.py``), started here, in this process,

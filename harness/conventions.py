@@ -18,7 +18,7 @@ GOLD_DOCS_KEY = "gold_doc_ids"
 HYBRID_INDEX_KIND = "hybrid_index"
 
 
-# 2: BM25 and dense over name + excerpt; whole-file elements of files with symbols not indexed (issue 21)
+# 2: BM25 and dense over name + excerpt; whole-file elements of files with symbols not indexed
 HYBRID_INDEX_VERSION = 2
 
 

@@ -139,7 +139,7 @@ class Layout:
     """Where entities sit, built once per entity and region lists instead of once per lookup.
 
     A lookup that rebuilt ``{entity: region}`` and scanned the regions for every unit made placing
-    all units in all regions cost regions x units x entities (issue 24: about ten minutes of a
+    all units in all regions cost regions x units x entities (about ten minutes of a
     sphinx build without a model call). ``SourceModel.layout`` caches one per lists it is built from.
     """
 

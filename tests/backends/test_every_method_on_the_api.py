@@ -1,4 +1,4 @@
-"""Every registered method against the API-like test backend at medium reasoning effort (issue 20).
+"""Every registered method against the API-like test backend at medium reasoning effort.
 
 What a user of a hosted reasoning model meets: reasoning tokens counted against the output cap,
 OpenAI's strict-schema rules and limits, the embedding API's input limits. The bar is 0 failed calls

@@ -1,4 +1,4 @@
-"""Degraded cells (issue 20, point 5): a run whose answers the output cap ate is not a row of zeros.
+"""Degraded cells: a run whose answers the output cap ate is not a row of zeros.
 
 ``scripted/gpt-oss-rsn600`` is a reasoning family (gpt-oss) whose every reply spends 600 reasoning
 tokens first, counted against the cap, as the hosted APIs do.

@@ -273,7 +273,7 @@ def test_local_embedder_offline(tmp_path):
     assert E.get_embedder("auto", None).name == "local/all-MiniLM-L6-v2"
 
 
-# -- input and request limits (issue 20) --------------------------------------------------------
+# -- input and request limits --------------------------------------------------------
 # A local server that enforces OpenAI's embedding limits the way the API does (HTTP 400): at most
 # 8,192 cl100k_base tokens per input, 2,048 inputs and 300,000 tokens per request, no empty input.
 

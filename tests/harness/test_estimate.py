@@ -1,4 +1,4 @@
-"""Cost before money (issue 20, point 7): ``sourcebench estimate`` and ``--max-cost``."""
+"""Cost before money: ``sourcebench estimate`` and ``--max-cost``."""
 
 from __future__ import annotations
 

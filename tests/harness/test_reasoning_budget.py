@@ -1,4 +1,4 @@
-"""Reply bounds and the reasoning allowance (issue 20, points 1-2).
+"""Reply bounds and the reasoning allowance.
 
 ``scripted/...rsn<N>...`` reasons N tokens before every reply and counts them against the cap, as
 OpenAI's reasoning models do; a cap smaller than that gives an empty reply cut by ``length``.

@@ -266,7 +266,7 @@ def test_quickstart_mechanism_task_level_p():
     # The README quickstart: --limit 8 on three split seeds = 24 rows of 19 distinct tasks; the two methods
     # differ (by F1) on 7 tasks, always in the same direction, and one of them is tested under two seeds
     # with the same answers. Task level: 7 non-zero task means, all positive, so only the all-plus and
-    # all-minus patterns of 2**7 reach the observed sum: p = 2/128 = 0.0156 (the "0.016" of issue 22).
+    # all-minus patterns of 2**7 reach the observed sum: p = 2/128 = 0.0156 (printed "0.016").
     # Row level, the old pairing: 8 non-zero rows, p = 2/256 = 0.0078 (the "0.008").
     f1 = [0.4, 0.5, 0.25, 0.67, 0.8, 0.33, 0.6]  # hybrid_rag's F1 on the tasks where the two differ
     seeds_of = {f"t{i}": [i % 3] for i in range(19)}  # 19 tasks, one seed each ...

@@ -1,4 +1,4 @@
-"""A synthetic SourceLearn model at the scale of a whole repository (issue 24: sphinx has 12,758
+"""A synthetic SourceLearn model at the scale of a whole repository (sphinx has 12,758
 elements, 2,318 entities and 236 folder regions), for the scale tests and for profiling.
 
 ``synthetic_model(n_entities, n_regions, seed)`` is deterministic: the same arguments give the same
@@ -177,7 +177,7 @@ def fold_loop(syn: Synthetic, min_entities: int = 3, min_share: float = 0.6) -> 
 
 def public_outputs(syn: Synthetic) -> dict[str, object]:
     """What the region lookups, folding, dedup, activation and rewrite views return on ``syn``,
-    through functions whose signatures predate issue 24 (so old and new code can both be recorded)."""
+    through functions whose signatures predate the scale work (so old and new code can both be recorded)."""
     from sourcebench.methods.sourcelearn import activation
     from sourcebench.methods.sourcelearn.construct import dedup
     from sourcebench.methods.sourcelearn.rewrite import (

@@ -1,13 +1,13 @@
-"""Issue 24: SourceLearn's region lookups and deduplication at the scale of a whole repository.
+"""SourceLearn's region lookups and deduplication at the scale of a whole repository.
 
 Two kinds of checks, on the synthetic models of ``synthetic.py``:
 
 * the same results as before: every lookup, fold, dedup, activation view and rewrite view returns
-  what the code before issue 24 returned (digests recorded from that code, on the same synthetic
+  what the code before the scale work returned (digests recorded from that code, on the same synthetic
   model), and each one-pass function returns what the per-region loop it replaces returns;
 * bounded work, counted and not timed: the number of similarity comparisons (calls of
   ``similarity.jaccard``) and of region lookups (index entries built plus unit placements) grows
-  linearly with the model. Before issue 24 a sphinx-sized build made regions x units x entities
+  linearly with the model. Before that work a sphinx-sized build made regions x units x entities
   region lookups (each placement rebuilt a dictionary of all entities) and units^2 x entities in
   deduplication.
 """
@@ -33,8 +33,8 @@ from sourcebench.methods.sourcelearn.rewrite import (
 )
 from sourcebench.methods.sourcelearn.selfstudy.consolidate import notes_by_region
 
-# public_outputs(synthetic_model(240, 24, seed=1)) through the code before issue 24 (commit 058f7e6); folding
-# and the deduplication after it re-recorded for issue 21, whose folding share counts the entities that state
+# public_outputs(synthetic_model(240, 24, seed=1)) through the code before the scale work (commit 058f7e6); folding
+# and the deduplication after it re-recorded when the folding share counts the entities that state
 # the attribute, not all of the region's (the one-pass/loop equality below is unchanged); load_regions
 # re-recorded when its budget came to count the official statement cost instead of the rendered text, its
 # text lost the brief and policy header, and it returned the units shown
@@ -214,7 +214,7 @@ def test_region_lookups_and_dedup_do_linear_work_at_2000_entities(monkeypatch):
     monkeypatch.undo()
     big, n_big = _build_and_answer_paths(2000, monkeypatch)
     assert n_big > 9000
-    # 2,000 entities, 200 regions, 9,441 units. Before issue 24 the abstraction input alone (one
+    # 2,000 entities, 200 regions, 9,441 units. Before the scale work the abstraction input alone (one
     # units_in_region per region) placed 200 x 9,441 units with 2,200 entries examined for each
     # (~4 x 10^9); dedup compared each unit with every kept unit of its role, ~10^7 placements.
     assert big["comparisons"] <= n_big  # c = 1 per unit; measured 0.13
