@@ -131,6 +131,10 @@ def _config_adapter() -> Any:
     return TypeAdapter(RunConfig)
 
 
+# errors of a request the server refused (inspect passes the OpenAI client's exception names on)
+_REFUSALS = ("BadRequestError", "InternalServerError", "UnprocessableEntityError", "NotFoundError", "APIStatusError")
+
+
 def shard_of(task_id: str, n: int) -> int:
     """The shard (0..n-1) a test task belongs to: a stable hash, the same in every process."""
     return int.from_bytes(hashlib.blake2b(task_id.encode(), digest_size=8).digest(), "big") % n
@@ -691,10 +695,12 @@ class Runner:
         async def probe(s: ModelSpec) -> Any:
             return await self._llm(s, ledger).structured('Reply with the JSON object {"ok": true}.', _ProbeReply,
                                                          method="harness", phase="probe", max_tokens=16,
-                                                         max_retries=1, timeout=60)
+                                                         max_retries=s.max_retries, timeout=60)
 
         res = await probe(spec)
-        if not res.failed or res.error.startswith(("output_cap", "invalid structured", "context_overflow")):
+        # only the server's refusal of the request (an HTTP error status) says the format is unsupported; a
+        # reply cut, unparsable or invalid, or a dropped connection, is a failure of that call, not of the format
+        if not res.failed or not res.error.startswith(_REFUSALS):
             return
         other = replace(spec, structured_format="json_object")  # llama-cpp-python's server form
         if not (await probe(other)).failed:
@@ -713,8 +719,9 @@ class Runner:
 
     async def _probe(self, spec: ModelSpec, ledger: UsageLedger) -> Any:
         # 16: the least output cap OpenAI's Responses API accepts (a 4-token probe was refused with HTTP 400)
+        # the run's own retries: a transient fault (429, 5xx, a dropped connection) must not stop the run here
         return await self._llm(spec, ledger).generate("Reply with the word OK.", method="harness", phase="probe",
-                                                      max_tokens=16, max_retries=1, timeout=30)
+                                                      max_tokens=16, max_retries=spec.max_retries, timeout=30)
 
     # -- learn phase -----------------------------------------------------------------------------
     def _artifact_inputs(self, method: Method, source: Source, split: Split, guidance: list[Task]) -> dict[str, Any]:
