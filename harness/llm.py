@@ -506,7 +506,10 @@ class LLM:
                     # under each of inspect's attempts multiplied the tries of every failed request
                     kwargs["max_retries"] = 0
                 try:
-                    self._model = get_model(self.spec.name, **kwargs)
+                    # not memoized: a provider reads its endpoint and key from the environment when it is
+                    # made, and inspect's memo (keyed by name, not by those) would hand a later run in the
+                    # same process the first run's server
+                    self._model = get_model(self.spec.name, memoize=False, **kwargs)
                 except Exception as e:  # unknown provider, missing key or package
                     raise ModelUnavailableError(f"model '{self.spec.name}': {_init_error(e, self.spec.name)}") from None
             return self._model

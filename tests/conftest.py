@@ -37,6 +37,10 @@ def _this_checkout_as_sourcebench() -> None:
 
 _this_checkout_as_sourcebench()
 
+# The API-like test backend, one server for the whole session: a fixture imported into two conftests
+# would be two session fixtures, two servers, and a test could read the stats of the one it did not call.
+from tests.backends.fixtures import api_env, api_server  # noqa: E402,F401
+
 os.environ.setdefault("INSPECT_LOG_LEVEL", "warning")
 os.environ.setdefault("INSPECT_DISPLAY", "none")
 

@@ -1,5 +1,4 @@
-"""Pytest fixtures for the API-like test backend; import them into a conftest to use them elsewhere:
-``from tests.backends.fixtures import api_env, api_server  # noqa: F401``."""
+"""Pytest fixtures for the API-like test backend; tests/conftest.py imports them for every test."""
 
 from __future__ import annotations
 

@@ -41,11 +41,12 @@ KILL_AFTER_ROWS = sorted(int(x) for x in np.random.default_rng(KILL_SEED).choice
 
 
 def args(out: Path, model: str = "scripted/extractive", *extra: str) -> list[str]:
-    # AWM answers its 12 guidance tasks 8 at a time while learning, then induces workflows. Two
+    # AWM answers its 12 guidance tasks 4 at a time while learning (its own concurrency setting; by
+    # default it sends all 12 at once and freezes the moment they return), then induces workflows. Two
     # test tasks at a time: rows then arrive a pair per scripted delay, never in a burst that could
     # carry the run past the kill point within one poll.
     return pw_args(out, model, "awm,no_source", N_TASKS, "0", "--guidance-limit", "12", "--no-report",
-                   "--max-samples", "2", *extra)
+                   "--max-samples", "2", "--method-config", "awm.concurrency=4", *extra)
 
 
 def n_lines(path: Path) -> int:
@@ -113,12 +114,16 @@ def check_resume(out: Path, reference: dict, env: dict[str, str]) -> dict:
 
 
 SLOW = {"SOURCEBENCH_SCRIPTED_DELAY": "0.15"}
+# While learning is interrupted: AWM's 12 guidance answers are three rounds of 4 calls, so a 2 s delay
+# leaves 4 s between the first cached answers and the frozen artifact, wide enough for the poll to land
+# inside it on a loaded 2-core CI machine.
+LEARNING_DELAY = {"SOURCEBENCH_SCRIPTED_DELAY": "2"}
 
 
 def test_kill_while_learning_then_resume(tmp_path, reference):
     out = tmp_path / "run"
-    p = start(args(out), env={"SOURCEBENCH_SCRIPTED_DELAY": "0.5"})
-    # kill once the first 8 guidance answers are cached, while the other 4 are in flight
+    p = start(args(out), env=LEARNING_DELAY)
+    # kill once the first round of guidance answers is cached, while the next is in flight
     kill_when(p, lambda: n_cached(out) >= 3 and n_lines(out / "results.jsonl") == 0)
     assert not list((out / "artifacts").glob("method_awm/*/artifact.json"))  # killed before freezing
     info = check_resume(out, reference, SLOW)
@@ -131,7 +136,7 @@ def test_sigterm_while_learning_counts_the_calls_and_removes_the_partial_build(t
     usage.jsonl (a SIGKILL would lose them), no half-built artifact folder is left, and the same
     command resumes to the uninterrupted result (also when cells were being learned at once)."""
     out, log = tmp_path / "run", tmp_path / "run.log"
-    p = start(args(out, "scripted/extractive", *extra), env={"SOURCEBENCH_SCRIPTED_DELAY": "0.5"}, log=log)
+    p = start(args(out, "scripted/extractive", *extra), env=LEARNING_DELAY, log=log)
     deadline = time.time() + 300
     while p.poll() is None and not (n_cached(out) >= 3 and n_lines(out / "results.jsonl") == 0):
         assert time.time() < deadline

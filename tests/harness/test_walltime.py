@@ -6,7 +6,7 @@ import json
 
 from sourcebench.harness.cli import main
 from sourcebench.harness.walltime import CHAINS, predict
-from tests.conftest import SHARED_DATA
+from tests.conftest import SHARED_DATA, need_data
 
 
 def test_connections_or_the_longest_chain_bound_the_learning_phase():
@@ -22,6 +22,7 @@ def test_connections_or_the_longest_chain_bound_the_learning_phase():
 
 
 def test_estimate_prints_the_wall_time_at_a_latency_and_connections(capsys):
+    need_data("phantomwiki")
     args = ["estimate", "--benchmark", "phantomwiki", "--methods", "hipporag2", "--seeds", "0", "--limit", "3",
             "--data-dir", str(SHARED_DATA)]
     assert main([*args, "--latency", "12", "--max-connections", "8,64"]) == 0
