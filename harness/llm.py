@@ -19,6 +19,7 @@ On top of inspect this layer adds what an evaluation harness needs:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import hashlib
 import json
@@ -426,6 +427,85 @@ class _RedactingLogFilter(logging.Filter):
         return True
 
 
+def _masked(v: Any) -> Any:
+    """``v`` with credentials masked in its strings (dicts and lists walked); ``v`` itself, the same
+    object, when it holds none."""
+    if isinstance(v, str):
+        if "earer" in v or "://" in v or any(x in v for x in secret_values()):
+            new = redact_secrets(v, bearer=True)
+            return new if new != v else v
+        return v
+    if isinstance(v, (list, tuple)):
+        items = [_masked(x) for x in v]
+        return v if all(a is b for a, b in zip(items, v)) else type(v)(items)
+    if isinstance(v, dict):
+        pairs = {k: _masked(x) for k, x in v.items()}
+        return v if all(pairs[k] is x for k, x in v.items()) else pairs
+    return v
+
+
+def _mask_exception(e: BaseException) -> None:
+    """Mask credentials in an exception and its causes in place: its type, status code and retry
+    class stay what inspect's retry and this layer's classification read."""
+    for x in _chain(e):
+        with contextlib.suppress(Exception):
+            args = _masked(x.args)
+            if args is not x.args:
+                x.args = args
+        for k, v in list(getattr(x, "__dict__", {}).items()):
+            new = _masked(v)
+            if new is not v:
+                with contextlib.suppress(Exception):
+                    setattr(x, k, new)
+
+
+def _mask_reply(result: Any) -> Any:
+    """A provider's return value (an output, an exception, or either with its ``ModelCall``) with
+    credentials masked: what inspect records of a call is what the provider returns."""
+    if isinstance(result, tuple):
+        return tuple(_mask_reply(x) for x in result)
+    if isinstance(result, BaseException):
+        _mask_exception(result)
+        return result
+    dump = getattr(result, "model_dump", None)
+    if dump is None:
+        return result
+    data = dump()
+    masked = _masked(data)
+    if masked is data:
+        return result
+    fresh = type(result).model_validate(masked)
+    private = getattr(result, "__pydantic_private__", None)
+    if private:  # a ModelCall's filter, say, which dumping drops
+        fresh.__pydantic_private__ = dict(private)
+    return fresh
+
+
+def _mask_provider(model: Any) -> None:
+    """Mask credentials in whatever leaves the provider of ``model``, before inspect records it.
+
+    inspect writes a failed call's error, traceback and error body into the sample's transcript in
+    the ``.eval`` log, and a killed run's log keeps them; a server that echoes the request's key (in
+    an HTTP 401's body, say) would put it there. Wrapping the provider's ``generate`` masks the key
+    where it first reaches this process, so it is never written."""
+    api = getattr(model, "api", None)
+    if api is None or getattr(api, "_sourcebench_masked", False):
+        return
+    inner = api.generate
+
+    @functools.wraps(inner)
+    async def generate(*args: Any, **kwargs: Any) -> Any:
+        try:
+            result = await inner(*args, **kwargs)
+        except Exception as e:
+            _mask_exception(e)
+            raise
+        return _mask_reply(result)
+
+    api.generate = generate
+    api._sourcebench_masked = True
+
+
 def _guard_inspect_logging() -> None:
     """Put the redacting filter on inspect's log handler (it exists once an eval has started)."""
     for name in ("", "inspect_ai"):
@@ -509,9 +589,11 @@ class LLM:
                     # not memoized: a provider reads its endpoint and key from the environment when it is
                     # made, and inspect's memo (keyed by name, not by those) would hand a later run in the
                     # same process the first run's server
-                    self._model = get_model(self.spec.name, memoize=False, **kwargs)
+                    model = get_model(self.spec.name, memoize=False, **kwargs)
                 except Exception as e:  # unknown provider, missing key or package
                     raise ModelUnavailableError(f"model '{self.spec.name}': {_init_error(e, self.spec.name)}") from None
+                _mask_provider(model)
+                self._model = model
             return self._model
 
     def _served(self) -> bool:
