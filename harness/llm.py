@@ -187,6 +187,7 @@ class CallResult:
     stop_reason: str = ""
     reasoning_tokens: int = 0
     cap: int | None = None  # the max_tokens sent
+    overflow: bool = False  # the server refused the prompt and cap as over its context window
 
 
 @dataclass
@@ -544,14 +545,20 @@ def _init_error(e: BaseException, name: str) -> str:
 # error or refusal (HTTP 400 ``context_length_exceeded``, ``content_filter``, an "input length" error)
 # into an output whose text is the provider's error message
 _NOT_AN_ANSWER = {"model_length": "context_overflow", "content_filter": "refused"}
-# characters per token assumed for the room a prompt leaves in a declared window (the output cap sent)
-# when the provider does not count tokens: SmolLM2 makes about 2.8 on code and 3.1 on APIBench, English
-# prose on API models 4; the lower figure leaves the reply room on every tokenizer seen
-PRECHECK_CHARS_PER_TOKEN = 3.0
-# a prompt is refused without a call only when it is over the window at the ratio methods budget their
-# prompts with (chars / 4): what a method fitted is always sent, and the server's own overflow error, when
-# the prompt is over in its tokens, is a failure naming the window (never an answer, never cached)
+# How a prompt meets a known context window (a provider that counts tokens exactly is counted instead):
+# 1. it is refused without a call only when over the window at chars / 4 (REFUSE_CHARS_PER_TOKEN), the
+#    ratio methods budget their prompts with, so whatever a method fitted is sent;
+# 2. a reasoning allowance is fitted into the room the prompt leaves, estimated at chars / 3
+#    (ROOM_CHARS_PER_TOKEN): more tokens than methods assume (SmolLM2 makes about 2.8 characters a token
+#    on code and 3.1 on APIBench, English prose on API models 4), so the cap leaves the prompt its room on
+#    most tokenizers; never below the reply bound, which the method fitted;
+# 3. the server decides the rest: when it rejects the prompt and a cap that holds an allowance (vLLM
+#    refuses prompt + max_tokens over max_model_len; dense code makes 2.3 characters a cl100k token), the
+#    call is asked once more with the room the server's own prompt count leaves, the reply bound at least;
+#    a prompt over the window in the server's tokens is a context_overflow failure naming the window
+#    (never an answer, never cached).
 REFUSE_CHARS_PER_TOKEN = DEFAULT_CHARS_PER_TOKEN
+ROOM_CHARS_PER_TOKEN = 3.0
 # a context-window error that reached this layer as an exception
 _CONTEXT_ERROR = re.compile(r"context_length_exceeded|maximum context length|exceeds? the (available )?context size",
                             re.IGNORECASE)
@@ -604,13 +611,13 @@ class LLM:
 
     async def _room(self, msgs: list[Message], bound: int) -> int | None:
         """Output tokens a known window leaves after the prompt (at least ``bound``; None: no window):
-        counted exactly where the provider counts, else estimated at PRECHECK_CHARS_PER_TOKEN."""
+        counted exactly where the provider counts, else estimated at ROOM_CHARS_PER_TOKEN."""
         window = self.spec.effective_context_window()
         if not window:
             return None
         text = "\n".join(m["content"] for m in msgs)
         n = await self.count_tokens(text)
-        return max(bound, window - TEMPLATE_TOKENS - (n if n is not None else int(len(text) / PRECHECK_CHARS_PER_TOKEN)))
+        return max(bound, window - TEMPLATE_TOKENS - (n if n is not None else int(len(text) / ROOM_CHARS_PER_TOKEN)))
 
     def _counts_exactly(self) -> bool:
         return bool(getattr(getattr(self.inspect_model(), "api", None), "exact_token_count", False))
@@ -687,7 +694,16 @@ class LLM:
         call = functools.partial(self._call_once, msgs, temp=temp, json_schema=json_schema, schema=schema,
                                  method=method, phase=phase, stage=stage, max_retries=max_retries,
                                  timeout=timeout, attempt_timeout=attempt_timeout)
-        res = await call(cap)
+        fitted = bool(room) and cap > bound  # an allowance fitted to an estimated room: the server may reject it
+        res = await call(cap, defer_overflow=fitted)
+        if res.failed and res.overflow and fitted:  # the server's own prompt count decides the cap
+            told = _prompt_tokens_told(res.error)
+            smaller = (self.spec.effective_context_window() or 0) - told if told is not None else bound
+            if not bound <= smaller < cap:  # the prompt and its reply bound do not fit: no smaller cap helps
+                self.ledger.add_failure(method, phase, stage, res.error)
+                return res
+            cap = room = smaller
+            res = await call(cap)
         if res.failed or not _cut_by_cap(res, bound, schema):
             return res
         first = res
@@ -722,8 +738,11 @@ class LLM:
 
     async def _call_uncoalesced(self, msgs: list[Message], cap: int | None, *, temp: float, json_schema: dict | None,
                          schema: type[BaseModel] | None, method: str, phase: str, stage: str,
-                         max_retries: int | None, timeout: int | None, attempt_timeout: int | None) -> CallResult:
-        """One request with output cap ``cap`` (None: none sent), answered from the cache when it can."""
+                         max_retries: int | None, timeout: int | None, attempt_timeout: int | None,
+                         defer_overflow: bool = False) -> CallResult:
+        """One request with output cap ``cap`` (None: none sent), answered from the cache when it can.
+        With ``defer_overflow`` a server's context rejection is counted as a failed call but left to the
+        caller to report (it may ask again with a smaller cap)."""
         key = self.cache_key(msgs, cap, temp, json_schema)
         if self.cache is not None:
             hit = self.cache.get(key)
@@ -788,11 +807,13 @@ class LLM:
                 raise ModelUnavailableError(f"model endpoint {where} is unreachable ({type(cause).__name__}: "
                                             f"{redact_secrets(str(cause)[:120], bearer=True)})") from None
             err = _short_error(e)
-            if _CONTEXT_ERROR.search(err):  # vLLM's 400 has no code for inspect to read
+            overflow = bool(_CONTEXT_ERROR.search(err))
+            if overflow:  # vLLM's 400 has no code for inspect to read
                 err = f"context_overflow: the prompt and its cap do not fit the {_window_words(self.spec)} ({err})"
-            self.ledger.add_failure(method, phase, stage, err)
+            if not (overflow and defer_overflow):
+                self.ledger.add_failure(method, phase, stage, err)
             self.ledger.add(method, phase, stage, "failed", 0, 0, time.perf_counter() - t0)
-            return CallResult("", failed=True, error=err, cap=cap)
+            return CallResult("", failed=True, error=err, cap=cap, overflow=overflow)
         finally:
             if self.budget is not None and booked:  # the booking ends here; a reply is charged below,
                 self.budget.release(booked)  # with no await in between
@@ -808,9 +829,11 @@ class LLM:
         err = _not_an_answer(self.spec, out, stop, text, inp if usage else None,
                              (outp + reasoning) if usage else None, cap)
         if err:  # never cached: the same request at a larger window, or later, is asked again
-            self.ledger.add_failure(method, phase, stage, err)
+            overflow = stop == "model_length"  # the server refused the request (a cut reply is not this)
+            if not (overflow and defer_overflow):
+                self.ledger.add_failure(method, phase, stage, err)
             self.ledger.add(method, phase, stage, "failed", inp, 0, secs, reasoning)
-            return CallResult("", failed=True, error=err, reasoning_tokens=reasoning, cap=cap)
+            return CallResult("", failed=True, error=err, reasoning_tokens=reasoning, cap=cap, overflow=overflow)
         # cached before counted: a stop (KeyboardInterrupt) between the two leaves a completed call
         # uncounted, which the resumed run replays from the cache, never a counted call it must pay again
         if self.cache is not None:
@@ -907,6 +930,19 @@ def _not_an_answer(spec: ModelSpec, out: Any, stop: str, text: str, inp: int | N
         return (f"context_overflow: the reply was cut after {spent:,} of its {cap:,}-token cap: the "
                 f"prompt ({_n(inp)} tokens) and the cap pass the {_window_words(spec)}")
     return ""
+
+
+# the prompt's tokens as a server's context error counts them: vLLM's and OpenAI's "(1,547 in the
+# messages, ...)", newer vLLM's "your request has 1547 input tokens", llama.cpp's "(1547 tokens, context ...)"
+_PROMPT_TOLD = re.compile(r"([\d,]+) in the messages|request has ([\d,]+) input tokens|\(([\d,]+) tokens, context")
+
+
+def _prompt_tokens_told(error: str) -> int | None:
+    """The prompt's size in the server's own tokens, from its context-length error (None: not said)."""
+    m = _PROMPT_TOLD.search(error)
+    if not m:
+        return None
+    return int(next(g for g in m.groups() if g).replace(",", ""))
 
 
 def _n(x: int | None) -> str:
