@@ -165,7 +165,7 @@ def test_provider_replies_and_errors_are_masked_in_place(monkeypatch):
     from inspect_ai.model import ModelOutput
     from inspect_ai.model._model_call import ModelCall
 
-    from sourcebench.harness.llm import _mask_exception, _mask_reply
+    from sourcebench.harness.llm.redaction import _mask_exception, _mask_reply
 
     monkeypatch.setenv("SVC_API_KEY", SHORT_KEY)
     out = ModelOutput.from_content("m", f"the key is {SHORT_KEY}")
@@ -173,8 +173,8 @@ def test_provider_replies_and_errors_are_masked_in_place(monkeypatch):
     got_out, got_call = _mask_reply((out, call))
     assert SHORT_KEY not in got_out.model_dump_json() + got_call.model_dump_json()
     assert got_out.completion == "the key is ***" and isinstance(got_call, ModelCall)
-    plain = ModelOutput.from_content("m", "nothing secret")
-    assert _mask_reply(plain) is plain  # untouched (and not copied) when there is nothing to mask
+    plain = ModelOutput.from_content("m", "send the header Authorization: Bearer YOUR_TOKEN_HERE")
+    assert _mask_reply(plain) is plain  # an answer's text is not a credential: untouched, not copied
 
     resp = httpx.Response(401, request=httpx.Request("POST", "http://127.0.0.1/v1/chat/completions"))
     err = openai.AuthenticationError(f"invalid credentials: Bearer {SHORT_KEY}", response=resp,
