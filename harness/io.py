@@ -17,14 +17,19 @@ from .errors import DataError
 MAX_INPUT_MB_ENV = "SOURCEBENCH_MAX_INPUT_MB"
 DEFAULT_MAX_INPUT_MB = 1024
 # Environment variables whose values are credentials: never written to any file the harness writes.
-# The API keys a run uses (``OPENAI_API_KEY``, inspect's ``<SERVICE>_API_KEY`` of the solver, judge and
-# embedder endpoints) are masked from 4 characters on: a 14-character key once went into results,
-# failures and logs. Other credential-like names (``*_TOKEN``, ``*_KEY``, ...) from 16 characters, so
-# that flags such as ``FOO_KEY=default`` are not masked in every text.
-_SECRET_NAME = re.compile(r"(API_KEY|APIKEY|_TOKEN|SECRET|PASSWORD|_KEY)$", re.IGNORECASE)
-_API_KEY_NAME = re.compile(r"(API_KEY|APIKEY)$", re.IGNORECASE)
-_MIN_SECRET_LEN = 16
-_MIN_API_KEY_LEN = 4
+# Every credential is masked from 4 characters on (short keys are common, and a server may echo one
+# into an error). Names that can only hold a credential (``OPENAI_API_KEY``, ``<SERVICE>_API_KEY``, ``*_SECRET``,
+# ``*_PASSWORD``, ``*_ACCESS_TOKEN``, ...) are masked whatever the value; other ``*_KEY`` and ``*_TOKEN``
+# names also name ordinary settings (``SORT_KEY=name``, ``FOO_KEY=default``, ``PAD_TOKEN=<pad>``), so a
+# value of theirs under 16 characters that reads as a setting (a lower-case identifier such as
+# ``default`` or ``gpt-4o``, or a bracketed special token) is left alone: masking it would rewrite
+# ordinary words in every text.
+_SECRET_NAME = re.compile(r"(API_KEY|APIKEY|_TOKEN|SECRET|PASSWORD|PASSWD|_KEY)$", re.IGNORECASE)
+_CREDENTIAL_NAME = re.compile(r"(API_KEY|APIKEY|SECRET|SECRET_KEY|PASSWORD|PASSWD|ACCESS_KEY|PRIVATE_KEY|"
+                              r"ACCESS_TOKEN|AUTH_TOKEN|API_TOKEN|BEARER_TOKEN)$", re.IGNORECASE)
+_MIN_SECRET_LEN = 4
+_ANY_VALUE_LEN = 16  # from here on a value of any credential-like name is masked, whatever it reads as
+_SETTING_VALUE = re.compile(r"^([a-z][a-z0-9]*([_.:/-][a-z0-9]+)*|[<\[][^\s]*[>\]])$")
 # placeholder keys of local endpoints, and values that are JSON syntax or plain numbers: masking them
 # would rewrite ordinary words and break the JSON lines the runner writes, and they guard nothing
 _NOT_SECRET = re.compile(r"(?i)^(empty|none|null|true|false|dummy|test|local|unused|not-needed|no-key|"
@@ -62,8 +67,9 @@ def secret_values() -> list[str]:
 
 def _credential(name: str, value: str) -> bool:
     value = value.strip()
-    least = _MIN_API_KEY_LEN if _API_KEY_NAME.search(name) else _MIN_SECRET_LEN
-    return len(value) >= least and not _NOT_SECRET.match(value)
+    if len(value) < _MIN_SECRET_LEN or _NOT_SECRET.match(value):
+        return False
+    return bool(_CREDENTIAL_NAME.search(name)) or len(value) >= _ANY_VALUE_LEN or not _SETTING_VALUE.match(value)
 
 
 def redact_secrets(text: str, *, bearer: bool = False) -> str:

@@ -122,6 +122,35 @@ def test_the_cap_sent_leaves_the_prompt_room_in_the_window(api_env, tmp_path):
     assert all(c["cap"] + c["prompt_tokens"] <= 2048 for c in chat_calls(api_env))
 
 
+@pytest.mark.parametrize("style", ["vllm", "openai"])
+def test_a_prompt_the_methods_fitted_is_not_lost_to_a_cap_the_server_rejects(api_env, tmp_path, style):
+    """Dense code makes 2.3 characters a cl100k token: a prompt of ~890 tokens at chars / 4 (what methods
+    budget) is sent, and the allowance fitted at chars / 3 passes vLLM's window with the prompt's real
+    1,534 tokens; the server's rejection names the prompt's count and the call is asked again with the
+    room that count leaves, so the reply is not lost to the cap."""
+    api_env.context_window, api_env.context_style = 2048, style
+    llm = make(tmp_path, name="openai-api/testapi/gpt-oss-120b", context_window=2048, reasoning_effort="low")
+    prompt = "x = foo(bar[1], baz)\n" * 170  # 3,570 characters
+    res = run(llm.generate(prompt, method="m", phase="answer", max_tokens=64))
+    assert not res.error.startswith("context_overflow"), res.error
+    calls, rejected = chat_calls(api_env), api_env.rejections()
+    assert len(rejected) == 1 and len(calls) == 1  # one rejection, then one call within the window
+    assert calls[0]["cap"] + calls[0]["prompt_tokens"] == 2048 and calls[0]["cap"] >= 64
+    assert not res.failed and llm.ledger.failures == [] and llm.ledger.stage_health()[""]["failed"] == 0
+
+
+def test_a_prompt_over_the_window_in_the_servers_tokens_fails_once_asked(api_env, tmp_path):
+    """Under the window at chars / 4, over it in the server's tokens: sent (never refused), rejected, not
+    asked again (no cap can help), a context_overflow failure naming the window."""
+    api_env.context_window, api_env.context_style = 2048, "vllm"
+    llm = make(tmp_path, name="openai-api/testapi/gpt-oss-120b", context_window=2048)
+    prompt = "x = foo(bar[1], baz)\n" * 380  # 7,980 characters: 1,995 tokens at chars / 4, 3,424 served
+    res = run(llm.generate(prompt, method="m", phase="answer", max_tokens=64))
+    assert res.failed and res.error.startswith("context_overflow") and "2,048-token" in res.error, res.error
+    assert len(api_env.rejections()) == 1 and chat_calls(api_env) == []
+    assert len(llm.ledger.failures) == 1
+
+
 def test_the_output_cap_hint_names_reasoning_only_where_there_is_some(api_env, tmp_path):
     res = run(make(tmp_path).structured("Reply in JSON.", Answer, method="m", phase="answer", max_tokens=2))
     assert res.failed and res.error.startswith("output_cap:")

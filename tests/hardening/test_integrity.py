@@ -11,7 +11,8 @@ import sqlite3
 import pytest
 
 from sourcebench.harness.errors import ConfigError, DataError
-from sourcebench.harness.llm import CallCache, _RedactingLogFilter
+from sourcebench.harness.llm import CallCache
+from sourcebench.harness.llm.redaction import _RedactingLogFilter
 from sourcebench.harness.options import seed_list
 from sourcebench.harness.runner import RunConfig
 

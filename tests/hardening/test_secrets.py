@@ -87,6 +87,27 @@ def test_planted_keys_appear_in_no_file_a_run_writes(tmp_path, fault_server, pla
         assert PLANTED_KEY not in p.stdout + p.stderr and OTHER_KEY not in p.stdout + p.stderr
 
 
+def test_a_key_echoed_in_an_error_is_never_written_to_the_inspect_log(tmp_path, fault_env, monkeypatch):
+    """The ``.eval`` log as inspect writes it while the run goes on (what a SIGKILL leaves): the log
+    scrub that runs after the test phase is switched off, so only masking at the source can keep the
+    key out of the failed calls' recorded errors, tracebacks and error bodies."""
+    from sourcebench.harness import inspect_tasks
+    from sourcebench.harness.cli import main
+
+    need_data("phantomwiki")
+    monkeypatch.setattr(inspect_tasks, "scrub_logs", lambda paths: 0)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg" / "data"))  # inspect's live sample buffer
+    out = tmp_path / "run"
+    assert main(pw_args(out, "openai-api/fault/pass1_echo401xallp40", "no_source", 4, "0", "--max-retries", "0",
+                        "--allow-degraded")) == 0
+    assert any(PLANTED_KEY in h for h in fault_env.stats_.auth_headers)  # sent, and echoed in 401s
+    logs = list((out / "logs").glob("*.eval"))
+    assert logs
+    recorded = "".join(texts_of(p)[-1] for p in logs)
+    assert "invalid credentials: Bearer ***" in recorded  # the failed calls' errors are in the log, masked
+    assert not leaks(out / "logs", [PLANTED_KEY]) and not leaks(tmp_path / "xdg", [PLANTED_KEY])
+
+
 def test_redaction_masks_env_keys_urls_and_bearer_tokens(monkeypatch):
     monkeypatch.setenv("MYSERVICE_API_KEY", "tok-0123456789abcdefXYZ")
     monkeypatch.setenv("SOME_FLAG_KEY", "default")  # too short to be a credential: left alone
@@ -97,6 +118,28 @@ def test_redaction_masks_env_keys_urls_and_bearer_tokens(monkeypatch):
     assert "http://***@host:8/v1" in masked and "Bearer ***" in masked and "the default setting" in masked
     # in ordinary file content only credentials are masked, prose about bearers stays
     assert redact_secrets("bearer bonds pay coupons") == "bearer bonds pay coupons"
+
+
+@pytest.mark.parametrize("name", ["DB_PASSWORD", "CLIENT_SECRET", "GITHUB_TOKEN", "SIGNING_KEY", "HF_TOKEN",
+                                  "AWS_SECRET_ACCESS_KEY", "MYSERVICE_API_KEY"])
+def test_every_credential_name_is_masked_from_the_api_key_length(monkeypatch, name):
+    """A 10-character credential is masked under any credential-like name, as an API key is."""
+    monkeypatch.setenv(name, SHORT_KEY)
+    assert redact_secrets(f"server said: bad {SHORT_KEY}") == "server said: bad ***"
+    monkeypatch.setenv(name, "hunter2!")  # a short password of lower-case letters is still a credential
+    assert "hunter2!" not in redact_secrets("login hunter2! refused")
+
+
+def test_ordinary_short_settings_under_key_and_token_names_are_left_alone(monkeypatch):
+    settings = {"SORT_KEY": "name", "SOME_FLAG_KEY": "default", "MODEL_KEY": "gpt-4o", "PAD_TOKEN": "<pad>",
+                "EOS_TOKEN": "</s>", "BOS_TOKEN": "<|endoftext|>", "CLS_TOKEN": "[CLS]", "MAX_TOKEN": "4096",
+                "FEATURE_KEY": "primary_key"}
+    for k, v in settings.items():
+        monkeypatch.setenv(k, v)
+    text = "sort by name with the default gpt-4o, <pad> </s> <|endoftext|> [CLS], 4096 tokens, primary_key"
+    assert redact_secrets(text) == text
+    monkeypatch.setenv("DB_PASSWORD", "default")  # a name that can only hold a credential: masked whatever it says
+    assert redact_secrets(text) == text.replace("default", "***")
 
 
 def test_secret_values_follow_the_environment(monkeypatch):
@@ -112,3 +155,30 @@ def test_secret_values_follow_the_environment(monkeypatch):
     assert "second-value-0123456789" in secret_values()
     monkeypatch.delenv("SOME_SERVICE_API_KEY")
     assert "second-value-0123456789" not in secret_values()
+
+
+def test_provider_replies_and_errors_are_masked_in_place(monkeypatch):
+    """An output, its ModelCall and a raised error leave the provider masked, with their types (and so
+    inspect's retry decision and this layer's error classification) unchanged."""
+    import httpx
+    import openai
+    from inspect_ai.model import ModelOutput
+    from inspect_ai.model._model_call import ModelCall
+
+    from sourcebench.harness.llm.redaction import _mask_exception, _mask_reply
+
+    monkeypatch.setenv("SVC_API_KEY", SHORT_KEY)
+    out = ModelOutput.from_content("m", f"the key is {SHORT_KEY}")
+    call = ModelCall.create(request={"messages": []}, response={"echo": f"Bearer {SHORT_KEY}"})
+    got_out, got_call = _mask_reply((out, call))
+    assert SHORT_KEY not in got_out.model_dump_json() + got_call.model_dump_json()
+    assert got_out.completion == "the key is ***" and isinstance(got_call, ModelCall)
+    plain = ModelOutput.from_content("m", "send the header Authorization: Bearer YOUR_TOKEN_HERE")
+    assert _mask_reply(plain) is plain  # an answer's text is not a credential: untouched, not copied
+
+    resp = httpx.Response(401, request=httpx.Request("POST", "http://127.0.0.1/v1/chat/completions"))
+    err = openai.AuthenticationError(f"invalid credentials: Bearer {SHORT_KEY}", response=resp,
+                                     body={"error": {"message": f"Bearer {SHORT_KEY}"}})
+    _mask_exception(err)
+    assert type(err) is openai.AuthenticationError and err.status_code == 401
+    assert SHORT_KEY not in str(err) + repr(err) + err.message + str(err.body)

