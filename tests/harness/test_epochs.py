@@ -112,7 +112,7 @@ def test_three_epochs_one_row_per_task_mean_score_and_a_free_rerun(tmp_path):
     other = Runner(_cfg(tmp_path / "other", 3, cache_dir=out / "cache")).run()
     assert other["live_calls"] == 0 and not scripted.CALLS
     fresh = _rows(tmp_path / "other")
-    key = lambda r: r["task_id"]  # noqa: E731
+    key = lambda r: r["task_id"]
     assert [(r["task_id"], r["score"], [e["answer"] for e in r["epochs"]]) for r in sorted(fresh, key=key)] == \
         [(r["task_id"], r["score"], [e["answer"] for e in r["epochs"]]) for r in sorted(rows, key=key)]
     assert all(r["usage"]["answer"]["cached_calls"] == 3 for r in fresh)
