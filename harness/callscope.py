@@ -23,8 +23,10 @@ _COUNTS = ("calls", "input_tokens", "output_tokens", "reasoning_tokens")
 
 
 class TaskUsage:
-    """Calls and tokens of one task's answering, by phase: live + cached calls (``calls``, their tokens,
-    ``cached_calls`` of them), failed calls apart (``failed_calls``; their tokens are not counted)."""
+    """Calls and tokens of one task's answering, by phase: live + cached calls (``calls`` and their tokens),
+    failed calls apart (``failed_calls``; their tokens are not counted). Live and cached are not told
+    apart: which of two tasks asking the same call paid for it, or whether a resumed run found it in the
+    cache, is a fact of the schedule, and a row must not depend on the schedule."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -32,12 +34,11 @@ class TaskUsage:
 
     def add(self, phase: str, status: str, inp: int, out: int, reasoning: int) -> None:
         with self._lock:
-            p = self.phases.setdefault(phase, {k: 0 for k in (*_COUNTS, "cached_calls", "failed_calls")})
+            p = self.phases.setdefault(phase, {k: 0 for k in (*_COUNTS, "failed_calls")})
             if status == "failed":
                 p["failed_calls"] += 1
                 return
             p["calls"] += 1
-            p["cached_calls"] += status == "cached"
             p["input_tokens"] += int(inp)
             p["output_tokens"] += int(out)
             p["reasoning_tokens"] += int(reasoning)

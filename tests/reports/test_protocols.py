@@ -831,9 +831,9 @@ def _row_with_usage(method, source, seed, i, tokens, calls=1, score=1.0, failed=
     r = {"benchmark": "b", "source": source, "method": method, "seed": seed, "task_id": f"t{i}", "group": f"g{i // 2}",
          "score": score, "failed": failed,
          "usage": {"answer": {"calls": calls, "input_tokens": tokens - 10, "output_tokens": 10, "reasoning_tokens": 0,
-                              "cached_calls": 0, "failed_calls": 0},
+                              "failed_calls": 0},
                    "judge": {"calls": 7, "input_tokens": 999, "output_tokens": 1, "reasoning_tokens": 0,
-                             "cached_calls": 0, "failed_calls": 0}}}
+                             "failed_calls": 0}}}
     if epochs:
         r["epochs"] = [{"epoch": e + 1, "score": score} for e in range(epochs)]
     return r
