@@ -133,7 +133,9 @@ def break_even_tables(result: dict[str, Any]) -> list[Table]:
                 "failure on either side, of all paired answers, and the groups resampled. Savings and the "
                 "break-even point (tokens) with their 95% interval: [—] where there is none (fewer than 5 paired "
                 "tasks, the same saving on every task, or a run whose rows carry no per-task usage, where answer "
-                "costs are per (source, seed) cell with no failed row, marked 'cells').")
+                "costs are per (source, seed) cell with no failed row, marked 'cells'); a break-even interval "
+                "whose ends are the point itself (0: nothing to repay; never: no saving at either end) is not "
+                "repeated.")
         tables.append(Table(title, ["method", "reference", "artifacts", "build calls / artifact",
                                     "of which judge calls", "build tokens / artifact", "of which reasoning",
                                     "answer calls / task (method / ref.)", "answer tokens / task (method / ref.)",
@@ -168,7 +170,9 @@ def _tasks_interval(m: dict[str, Any]) -> str:
     lo, hi = m.get("break_even_tokens_lo"), m.get("break_even_tokens_hi")
     if lo is None or hi is None:
         return f" [{NA}]"
-    return f" [{breakeven.fmt_tasks(lo)}, {breakeven.fmt_tasks(hi)}]"
+    lo_text, hi_text = breakeven.fmt_tasks(lo), breakeven.fmt_tasks(hi)
+    # both ends the same (no build to repay: 0; a saving below 0 at both ends: never): the point says it all
+    return "" if lo_text == hi_text == breakeven.fmt_tasks(m["break_even_tokens"]) else f" [{lo_text}, {hi_text}]"
 
 
 def _accuracy_change(m: dict[str, Any]) -> str:
