@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from inspect_ai import Epochs
 from inspect_ai import Task as InspectTask
 from inspect_ai.dataset import MemoryDataset, Sample
 from inspect_ai.model import ModelOutput
@@ -26,6 +27,7 @@ from inspect_ai.scorer import Score as InspectScore
 from inspect_ai.scorer import Target, mean, scorer
 from inspect_ai.solver import Generate, TaskState, solver
 
+from . import callscope
 from .data import Answer, Evidence, Task
 from .errors import BudgetExceeded, ModelUnavailableError
 from .io import append_jsonl, redact_secrets, secret_values
@@ -76,6 +78,9 @@ def cell_task(runner: Runner, cell: Cell, todo: list[Task]) -> InspectTask:
     by_id = {t.id: t for t in todo}
     ctx = runner.context(Context, cell.method, cell.source, cell.split, cell.ledger, "answer")
     state_holder: dict[str, object] = {}
+    epochs = max(1, int(getattr(runner.cfg, "epochs", 1) or 1))
+    tallies: dict[tuple[str, int], callscope.TaskUsage] = {}  # (task, epoch) -> its calls, answer and judge
+    scored: dict[str, dict[int, dict[str, Any]]] = {}  # task -> epoch -> its row, until every epoch is in
 
     def loaded() -> object:
         if "state" not in state_holder:  # verified by the runner just before the test phase
@@ -86,10 +91,12 @@ def cell_task(runner: Runner, cell: Cell, todo: list[Task]) -> InspectTask:
     def method_solver():
         async def solve(state: TaskState, generate: Generate) -> TaskState:
             task = by_id[str(state.sample_id)]
+            tally = tallies[(task.id, state.epoch)] = callscope.TaskUsage()
             try:
                 state_ = loaded()
                 showing = shown_context(answering(ctx, cell.method, state_))
-                answer = await cell.method.answer(task, state_, showing)
+                with callscope.scope(tally, state.epoch):
+                    answer = await cell.method.answer(task, state_, showing)
                 answer.metadata.setdefault("shown", shown_metadata(showing.shown))
             except (ModelUnavailableError, BudgetExceeded):  # the run stops (resumably), not this task
                 raise
@@ -108,12 +115,24 @@ def cell_task(runner: Runner, cell: Cell, todo: list[Task]) -> InspectTask:
         async def score(state: TaskState, target: Target) -> InspectScore:
             task = by_id[str(state.sample_id)]
             answer = Answer.model_validate(state.metadata["sourcebench_answer"])
-            s = await ctx.judge(task, answer)  # type: ignore[misc]
+            tally = tallies.pop((task.id, state.epoch), None) or callscope.TaskUsage()
+            with callscope.scope(tally):
+                s = await ctx.judge(task, answer)  # type: ignore[misc]
             row = runner.result_row(cell, task, answer, s)
-            # fsync off the event loop (milliseconds per row that would stall every running sample);
-            # awaited, so the row is on disk before inspect counts the sample as done
-            await asyncio.to_thread(append_jsonl, runner.results_path, [row])
-            runner.rows_written += 1
+            row["usage"] = tally.as_dict()
+            if epochs > 1:
+                done = scored.setdefault(task.id, {})
+                done[state.epoch] = {**row, "epoch": state.epoch}
+                merged = merge_epochs(done, epochs) if len(done) == epochs else None
+                if merged is not None:
+                    del scored[task.id]
+            else:
+                merged = row
+            if merged is not None:
+                # fsync off the event loop (milliseconds per row that would stall every running sample);
+                # awaited, so the row is on disk before inspect counts the sample as done
+                await asyncio.to_thread(append_jsonl, runner.results_path, [merged])
+                runner.rows_written += 1
             runner._flush_usage(cell.ledger, cell.source.id, cell.split.seed)
             return InspectScore(value=row["score"], answer=answer.text,
                                 explanation=row["failure_reason"] or str(s.details.get("reasoning", "")),
@@ -129,9 +148,39 @@ def cell_task(runner: Runner, cell: Cell, todo: list[Task]) -> InspectTask:
                for t in todo]
     name = f"{runner.bench.name}-{cell.source.id}-{cell.method.name}-seed{cell.split.seed}"
     return InspectTask(dataset=MemoryDataset(samples, name=name), solver=method_solver(), scorer=cell_scorer(),
-                       name=name, version=1,
+                       name=name, version=1, epochs=Epochs(epochs, "mean") if epochs > 1 else None,
                        metadata={"method": cell.method.describe(), "source": cell.source.id, "seed": cell.split.seed,
                                  "artifact": cell.artifact.name})
+
+
+EPOCH_FIELDS = ("score", "correct", "failed", "failure_reason", "answer", "evidence_ids", "context_tokens",
+                "usage")
+
+
+def merge_epochs(by_epoch: dict[int, dict[str, Any]], epochs: int) -> dict[str, Any]:
+    """One result row for a task answered ``epochs`` times (``--epochs``): the unit stays the task.
+
+    score = the mean of the epochs' scores; a task with a failed epoch is a failed row (score 0, as any
+    failed row, the first failed epoch's reason), never a mean over the epochs that worked; correct = a
+    strict majority of the epochs correct; usage = the epochs' calls and tokens summed; ``epochs`` = each
+    epoch's score, answer and usage (the within-task variation the reports show). The other fields are
+    epoch 1's.
+    """
+    rows = [by_epoch[e] for e in sorted(by_epoch)]
+    first = rows[0]
+    failed = [r for r in rows if r["failed"]]
+    merged = dict(first)
+    merged.update(
+        score=0.0 if failed else sum(float(r["score"]) for r in rows) / len(rows),
+        correct=False if failed else sum(bool(r["correct"]) for r in rows) * 2 > len(rows),
+        failed=bool(failed),
+        failure_reason=(f"epoch {failed[0]['epoch']} of {epochs}: {failed[0]['failure_reason']}" if failed
+                        else first["failure_reason"]),
+        usage=callscope.summed([r.get("usage") or {} for r in rows]),
+        epochs=[{"epoch": r["epoch"], **{k: r.get(k) for k in EPOCH_FIELDS}} for r in rows],
+    )
+    merged.pop("epoch", None)
+    return merged
 
 
 def _target(t: Task) -> str:

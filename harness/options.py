@@ -45,6 +45,18 @@ def check_seeds(seeds: Any, what: str = "seeds") -> list[int]:
     return list(seeds)
 
 
+def check_epochs(epochs: Any, temperature: float, model: str) -> int:
+    """``epochs`` (answers per test task) if valid for this sampling: more than one needs a temperature
+    above 0, since at 0 the repeats would be the same answer counted as independent samples (the
+    ``scripted/`` test model is exempt: its replies vary with the seed, which each epoch changes)."""
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ConfigError(f"--epochs: expected a positive integer, got {epochs!r}")
+    if epochs > 1 and not temperature > 0 and not str(model).startswith("scripted/"):
+        raise ConfigError(f"--epochs {epochs}: needs --temperature above 0 (at temperature 0 every epoch would "
+                          "repeat the same answer, a fake repeat)")
+    return epochs
+
+
 def non_empty_csv(s: str) -> list[str]:
     """A comma-separated list that must name something (``--sources ''`` would otherwise mean "all")."""
     out = csv_list(s)

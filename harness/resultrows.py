@@ -38,6 +38,26 @@ def check_result_row(path: Path, line: int, row: dict[str, Any]) -> None:
     for k in ("correct", "failed"):
         if k in row and not isinstance(row[k], bool):
             raise DataError(f"{where}: field {k} must be true or false, got {row[k]!r}")
+    if "epochs" in row:
+        ep = row["epochs"]
+        if not isinstance(ep, list) or len(ep) < 2 or not all(
+                isinstance(e, dict) and isinstance(e.get("score"), (int, float)) and not isinstance(e["score"], bool)
+                and math.isfinite(e["score"]) and 0.0 <= e["score"] <= 1.0 for e in ep):
+            raise DataError(f"{where}: field epochs must list at least 2 epochs, each with a score between 0 and 1")
+
+
+def epochs_of(row: dict[str, Any]) -> int:
+    """How many answers the row's score is the mean of (``--epochs``; 1 for a row without epochs)."""
+    return len(row["epochs"]) if isinstance(row.get("epochs"), list) else 1
+
+
+def check_epochs_agree(path: Path, rows: list[dict[str, Any]], epochs: int) -> None:
+    """A folder holds one number of epochs: scores averaged over 3 answers and single answers are not
+    comparable (their variance differs), so a run asking for another number stops naming the file."""
+    other = next((r for r in rows if epochs_of(r) != epochs), None)
+    if other is not None:
+        raise DataError(f"{path}: holds rows answered with {epochs_of(other)} epoch(s) (method {other['method']}); "
+                        f"this run asks for {epochs}: use another --out")
 
 
 def row_key(row: dict[str, Any]) -> tuple:

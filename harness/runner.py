@@ -45,11 +45,11 @@ from .health import build_health, run_health
 from .io import append_jsonl, atomic_write_json, atomic_write_text, read_json, read_jsonl
 from .llm import LLM, UNLIMITED, CallCache, ModelSpec, UsageLedger
 from .method import Context, LearnContext, Method
-from .options import check_seeds
+from .options import check_epochs, check_seeds
 from .provenance import command_line, git_commit, package_versions
 from .providers.discovery import ORIGIN_OPTION, discover_context_window
 from .registry import get_benchmark_class, get_method_class, method_code
-from .resultrows import read_result_rows
+from .resultrows import check_epochs_agree, read_result_rows
 from .splits import write_manifest
 
 
@@ -102,9 +102,12 @@ class RunConfig:
     # that any of them made (same model, settings, messages) without asking the model again
     cache_dir: Path | None = None
     rerun: list[str] = field(default_factory=list)  # methods whose artifacts and rows are made again
+    # answers per test task (inspect-ai epochs, temperature > 0): the task's score is their mean
+    epochs: int = 1
 
     def __post_init__(self) -> None:
         self.seeds = check_seeds(self.seeds, "seeds")
+        self.epochs = check_epochs(self.epochs, self.temperature, self.model)
 
     def to_dict(self) -> dict[str, Any]:
         """Every setting, JSON-ready. Saved whole in ``run.json`` so that whatever runs on the folder later
@@ -415,7 +418,9 @@ class Runner:
     def _done_rows(self) -> set:
         """Keys of the rows already scored, each row checked (types, ranges, one row per task): a
         malformed or duplicated row stops the run naming its line instead of counting as done."""
-        return {row_key(r) for r in (read_result_rows(self.results_path) if self.results_path.exists() else [])}
+        rows = read_result_rows(self.results_path) if self.results_path.exists() else []
+        check_epochs_agree(self.results_path, rows, self.cfg.epochs)
+        return {row_key(r) for r in rows}
 
     def _pending(self, plans: list, done: set) -> list:
         return [(m, p) for m in self.methods for p in plans

@@ -55,6 +55,7 @@ from .stats import (
     per_seed_accuracy,
     sort_key,
     stars,
+    within_task_sd,
 )
 
 NOT_RUN = "not run"
@@ -202,6 +203,7 @@ def _method_numbers(rows, base_rows, is_baseline, seed, n_boot) -> dict[str, Any
         },
     }
     e["failed_share"] = e["failed_rows"] / e["n_rows"] if e["n_rows"] else 0.0
+    e.update(_epoch_numbers(rows))
     if base_rows and not is_baseline:
         t = paired_test(rows, base_rows, seed=seed, n_resamples=N_PERMUTATIONS, n_boot=n_boot)
         e.update(test=t["test"], n_pairs=t["n_pairs"], n_paired_rows=t["n_paired_rows"], p_value=t["p_value"],
@@ -213,6 +215,12 @@ def _method_numbers(rows, base_rows, is_baseline, seed, n_boot) -> dict[str, Any
                  delta_hi=None if t["ci_hi"] is None else 100.0 * t["ci_hi"])
         e["incomplete"] = bool(t["a_missing"] or t["b_missing"])
     return e
+
+
+def _epoch_numbers(rows: list[dict]) -> dict[str, Any]:
+    """Answers per task (``--epochs``) and the mean within-task sd of their scores (None with one answer)."""
+    sd, n, epochs = within_task_sd(rows)
+    return {"epochs": epochs, "within_task_sd": sd, "n_epoch_tasks": n}
 
 
 def comparable(e: dict) -> bool:
@@ -420,6 +428,23 @@ def _seed_table(b: dict) -> Table:
     )
 
 
+def _epoch_table(b: dict) -> Table | None:
+    """Within-task variation of runs with repeated answers (``--epochs N``): none with one answer a task."""
+    ran = [e for e in b["methods"] if e["status"] == "ok" and (e.get("epochs") or 1) > 1]
+    if not ran:
+        return None
+    rows = [[safe(e["method"]), str(e["epochs"]),
+             NA if e.get("within_task_sd") is None else f"{pct(e['within_task_sd'])} ({e['n_epoch_tasks']} tasks)"]
+            for e in ran]
+    return Table(f"{b['benchmark']}: within-task variation (repeated answers)",
+                 ["method", "epochs", "within-task sd (pp)"], rows,
+                 "Each task was answered once per epoch (the solver's seed changing with the epoch, at the run's "
+                 "temperature) and scored per answer; its score is the mean over its epochs, so the task stays the "
+                 "unit of every interval and test. Within-task sd: the mean over tasks of the sd (n - 1) of a "
+                 "task's epoch scores, the answering noise a single answer per task would carry; failed tasks "
+                 "left out.")
+
+
 def _source_table(b: dict) -> Table:
     ms = b["methods"]
     rows = [
@@ -577,7 +602,7 @@ def build_tables(data: RunData, summary: list[dict]) -> list[tuple[str, list[Tab
     """(section title, tables and the forest plot) in display order."""
     sections = [
         (safe(b["benchmark"]), [t for t in (_main_table(b), _forest(b), _cost_table(b), _stage_table(b),
-                                             _seed_table(b), _source_table(b)) if t is not None])
+                                             _seed_table(b), _epoch_table(b), _source_table(b)) if t is not None])
         for b in summary
     ]
     if data.failures or any(e.get("failure_reasons") for b in summary for e in b["methods"]):
@@ -639,6 +664,7 @@ def render_csv(summary: list[dict], seeds: list[Any]) -> str:
     ]
     header += [f"{p}_{w}" for p in phases for w in ("calls", "calls_live", "tokens", "tokens_live", "failed")]
     header += ["failed_calls"] + [f"{p}_reasoning_tokens" for p in phases] + ["degraded", "substitute_sources"]
+    header += ["epochs", "within_task_sd_pct", "n_epoch_tasks"]
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(header)
@@ -685,7 +711,9 @@ def render_csv(summary: list[dict], seeds: list[Any]) -> str:
                 row += [c.get(k, 0) for k in ("calls", "calls_live", "tokens", "tokens_live", "failed")]
             w.writerow(row + [e["failed_calls"]] + [e["cost"].get(p, {}).get("reasoning", 0) for p in phases]
                        + ["; ".join(safe(x) for x in e.get("degraded") or [])]
-                       + [" ".join(b.get("substitutes", {}).values())])  # footnotes: sources not at their pin
+                       + [" ".join(b.get("substitutes", {}).values())]  # footnotes: sources not at their pin
+                       + [_num(e.get("epochs"), "{}"), _pct_num(e.get("within_task_sd")),
+                          _num(e.get("n_epoch_tasks") if e.get("within_task_sd") is not None else None, "{}")])
     return buf.getvalue()
 
 

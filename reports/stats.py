@@ -535,6 +535,59 @@ def learning_sd(rows: Iterable[Mapping[str, Any]]) -> tuple[float | None, int]:
     return float(np.std(list(acc.values()), ddof=1)), len(common)
 
 
+def within_task_sd(rows: Iterable[Mapping[str, Any]]) -> tuple[float | None, int, int]:
+    """The answering noise of repeated answers (``--epochs``): the mean over task rows of the sd (ddof 1)
+    of the row's epoch scores, the number of rows it is over and the number of epochs (the most any row
+    has). A row without epochs (one answer) has no within-task variation to show: (None, 0, 1) when no
+    row has epochs; a failed row is left out (its score is 0 whatever its epochs gave).
+    """
+    sds, most = [], 1
+    for r in rows:
+        ep = r.get("epochs")
+        if isinstance(ep, list) and len(ep) > 1 and not r.get("failed"):
+            sds.append(float(np.std([float(e["score"]) for e in ep], ddof=1)))
+            most = max(most, len(ep))
+    return (float(np.mean(sds)) if sds else None), len(sds), most
+
+
+PAIRED_VALUE_METHOD = (
+    "the mean over sources of the mean per-task difference on the tasks both sides have (a task's difference "
+    "averaged over the split seeds where both have it); 95% BCa cluster bootstrap: within each source (a "
+    "stratum, not resampled) whole groups of tasks are drawn with replacement, each resample aggregated the "
+    "same way"
+)
+
+
+def paired_value_difference(rows_a: Sequence[Mapping[str, Any]], rows_b: Sequence[Mapping[str, Any]],
+                            value: Any, *, seed: int = 0, n_boot: int = 2000, level: float = 0.95,
+                            min_pairs: int = MIN_PAIRS) -> dict[str, Any]:
+    """A - B of any per-task number ``value(row)`` (a cost, not a score), paired and clustered exactly as
+    Δ is (``PAIRED_VALUE_METHOD``): ``mean_diff``, each side's stratified mean on the paired tasks
+    (``mean_a``, ``mean_b``: mean_a - mean_b = mean_diff), ``n_pairs``, ``n_groups`` and the interval
+    (``ci_lo``, ``ci_hi``; None with a ``reason`` for fewer than ``min_pairs`` paired tasks or a
+    zero-width interval, which is no result)."""
+    def as_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        return [{"source": r["source"], "seed": r["seed"], "task_id": r["task_id"], "group": r.get("group"),
+                 "score": float(value(r))} for r in rows]
+
+    tasks, a_scores, b_scores, diff, weights, cidx, csource = _clusters(as_rows(rows_a), as_rows(rows_b))
+    out: dict[str, Any] = {"n_pairs": len(tasks), "n_groups": len(csource), "mean_diff": None, "mean_a": None,
+                           "mean_b": None, "ci_lo": None, "ci_hi": None, "reason": None}
+    if not tasks:
+        return {**out, "reason": "no paired task"}
+    out.update(mean_diff=float((weights * diff).sum()),
+               mean_a=float(sum(w * float(np.mean(a)) for w, a in zip(weights, a_scores))),
+               mean_b=float(sum(w * float(np.mean(b)) for w, b in zip(weights, b_scores))))
+    if len(tasks) < min_pairs:
+        return {**out, "reason": f"fewer than {min_pairs} paired tasks"}
+    sizes = np.bincount(cidx, minlength=len(csource)).astype(float)
+    dsum = np.bincount(cidx, weights=diff, minlength=len(csource))
+    lo, hi = _cluster_bootstrap(dsum, sizes, csource, n_boot, seed, level)
+    if not hi > lo:
+        return {**out, "reason": "zero-width interval (the same difference on every resample)"}
+    return {**out, "ci_lo": lo, "ci_hi": hi}
+
+
 def holm(pvalues: Mapping[str, float | None]) -> dict[str, float | None]:
     """Holm-Bonferroni step-down adjustment of one family; ``None`` entries (no test) stay ``None`` and do
     not count.

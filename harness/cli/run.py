@@ -75,6 +75,10 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                    "openai/<model>")
     r.add_argument("--max-tokens", type=positive_int, default=512, help="max output tokens per call (default 512)")
     r.add_argument("--temperature", type=non_negative_temperature, default=0.0, help="sampling temperature (default 0)")
+    r.add_argument("--epochs", type=positive_int, default=1, help="answers per test task (inspect-ai epochs), for "
+                   "a backend that is not deterministic: each is scored and cached under its own key (the solver's "
+                   "seed changes with the epoch), the task's score is their mean and the leaderboard shows the "
+                   "within-task sd; more than 1 needs --temperature above 0 (default 1)")
     r.add_argument("--context-window", type=positive_int, help="solver context window in tokens; longer prompts are "
                    "scored failures (default: known for local models)")
     r.add_argument("--reasoning-effort", choices=REASONING_EFFORTS,
@@ -165,7 +169,7 @@ def run(a: argparse.Namespace) -> int:
                     max_connections=a.max_connections, max_retries=a.max_retries,
                     attempt_timeout=a.attempt_timeout, timeout=a.timeout, executor=a.executor,
                     ray_address=a.ray_address, test_processes=a.test_processes, cache_dir=a.cache_dir,
-                    learn_concurrency=a.learn_concurrency, rerun=_rerun(a))
+                    learn_concurrency=a.learn_concurrency, rerun=_rerun(a), epochs=a.epochs)
     con = console()
     summary = Runner(cfg, console=con).run()
     con.print(f"done in {summary['seconds']} s: {summary['rows_new']} new result row(s), "

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from .. import stopping
+from .. import callscope, stopping
 from ..errors import ModelUnavailableError
 from ..io import redact_secrets
 from ..schema_limits import json_schema_model, schema_json, with_bound_words, with_choices, within_limits
@@ -140,12 +140,17 @@ class LLM:
             "messages": messages,
             "max_tokens": max_tokens,
             "temperature": temperature,
-            "seed": self.spec.seed,
+            "seed": self._seed(),
             "reasoning_effort": self.spec.reasoning_effort,
             "schema": schema,
             **({"structured_format": self.spec.structured_format} if schema and self.spec.structured_format else {}),
         }
         return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+    def _seed(self) -> int:
+        """The seed sent and keyed: the solver's changes with the epoch (``callscope.epoch_seed``), so
+        that each repeated answer is its own sample and cache entry; the judge's never does."""
+        return callscope.epoch_seed(self.spec.seed) if self.spec.role == "solver" else self.spec.seed
 
     def bind(self, method: str, phase: str) -> BoundLLM:
         return BoundLLM(self, method, phase)
@@ -267,7 +272,7 @@ class LLM:
             booked = self.budget.reserve(sum(len(m["content"]) for m in msgs) // 4, bound)
         from inspect_ai.model import GenerateConfig, ResponseSchema
 
-        cfg: dict[str, Any] = {"max_tokens": cap, "temperature": temp, "seed": self.spec.seed}
+        cfg: dict[str, Any] = {"max_tokens": cap, "temperature": temp, "seed": self._seed()}
         if self.spec.reasoning_effort:
             cfg["reasoning_effort"] = self.spec.reasoning_effort
         if self.spec.max_connections:

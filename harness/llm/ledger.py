@@ -7,6 +7,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from .. import callscope
+
 
 class UsageLedger:
     """Counts calls and tokens by (method, phase, stage, status). status: live | cached | failed.
@@ -37,6 +39,7 @@ class UsageLedger:
                 r["output_tokens"] += out
                 r["reasoning_tokens"] += reasoning
                 r["seconds"] += secs
+        callscope.count(phase, status, inp, out, reasoning)  # the test task being answered, if any
         if self.on_call is not None:
             self.on_call(stage, status)
 

@@ -3,6 +3,8 @@
 ``scripted/extractive`` answers with the context line that shares the most words with the
 question (a cheap reader that makes real retrieval differences visible in scores);
 ``scripted/<anything>`` accepts a Python hook (``set_script``) so tests can dictate replies.
+``scripted/...noisy...`` answers "I don't know." instead for about half of the (prompt, seed) pairs: a
+sampling backend whose replies change with the seed, for repeated answers (``--epochs``).
 Structured calls get a minimal instance of the requested JSON schema, with strings taken from the
 prompt, so every schema-constrained code path runs. Usage is always set, so inspect never reaches
 for a tokenizer download.
@@ -150,13 +152,16 @@ class ScriptedModel(ModelAPI):
         prompt = "\n".join(m["content"] for m in msgs)
         schema = config.response_schema.json_schema.model_dump(exclude_none=True) if config.response_schema else None
         CALLS.append({"messages": msgs, "schema": schema, "model": self.model_name,
-                      "reasoning_effort": config.reasoning_effort, "max_tokens": config.max_tokens})
+                      "reasoning_effort": config.reasoning_effort, "max_tokens": config.max_tokens,
+                      "seed": config.seed, "temperature": config.temperature})
         text = _SCRIPT(msgs, schema) if _SCRIPT else None
         if text is None:
             if schema is not None:
                 text = json.dumps(instance_from_schema(schema, prompt))
             else:
                 text = extractive_reply(prompt)
+        if "noisy" in self.model_name and schema is None and _seeded_bool(f"{config.seed}\0{prompt}"):
+            text = "I don't know."
         if self.model_name == "fail":
             raise RuntimeError("scripted failure")
         inp = max(1, len(prompt) // 4)

@@ -14,10 +14,16 @@ context can never break even.
   sub-artifacts that the method and its reference both declare (``Method.shared_stages``, e.g.
   SourceLearn's M0 and MS) are left out of both sides, since both artifacts contain them whichever
   method the run charged them to; extra = the method's minus the reference's, floored at 0;
-* per-task answering cost: ``answer``-phase calls (tokens) per result row, over the (source, seed)
-  cells both sides answered with no failed row on either side: usage is recorded per cell, not per
-  task, so a cell where either side failed a task is left out of both sides (the cells compared are
-  reported); saving = the reference's per-task cost - the method's.
+* per-task answering cost: ``answer``-phase calls (tokens) of each task, from its result row's
+  ``usage`` (the calls made while answering that task, divided by its epochs), on the tasks both sides
+  answered with no failure on either side (a failed pair is left out of both sides); saving = the
+  reference's cost - the method's, paired and aggregated as the leaderboard's Δ (the mean over sources
+  of the mean per-task difference, a task's seeds averaged), with a 95% BCa cluster-bootstrap interval
+  (within each source, whole groups of tasks resampled; the build cost is not resampled, so the interval
+  of the break-even point, the build divided by each end of the saving's interval, is conditional on
+  it). Runs whose rows carry no ``usage`` (written before it was recorded) fall back to usage.jsonl,
+  which counts per (source, seed) cell: answer calls per row over the cells with no failed row on
+  either side, with no interval.
 
 Costs are logical (live + cached calls; a cached call is still a call the method needs); failed
 calls are left out, as in the leaderboard's cost table. A task costing more than the reference's
@@ -32,16 +38,20 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from sourcebench.harness.resultrows import epochs_of
+
 from ..rundata import RunData, benchmarks, methods_of
-from ..stats import paired_delta
+from ..stats import paired_delta, paired_test, paired_value_difference
 
 DEFINITION = (
     "break-even tasks = (method's build cost per artifact - reference's) / (reference's answer cost per task - "
     "method's), in calls and in tokens (input + visible output + reasoning, all billed; reasoning also shown apart), "
     "live + cached calls from usage.jsonl; reference = the method's zero-learning variant (its artifact learned "
     "from no task, same reader) where it declares one, else the baseline; build = learn calls + judge calls made "
-    "while learning, without the shared sub-artifacts both contain; answer cost over the cells where neither side "
-    "failed a task; never = a task costs more than the reference's (or the same, with a build to repay)"
+    "while learning, without the shared sub-artifacts both contain; answer cost per task from each result row's "
+    "usage, on the tasks neither side failed, paired and aggregated as Δ (mean over sources of the mean per-task "
+    "difference) with a 95% BCa cluster-bootstrap interval (groups resampled within sources; the build cost is "
+    "not resampled); never = a task costs more than the reference's (or the same, with a build to repay)"
 )
 NEVER = "never"
 LEARN_PHASES = ("learn", "learn_judge")
@@ -138,6 +148,84 @@ def break_even(extra_build: float, saving: float | None, per_task: float = 0.0) 
     return extra_build / saving
 
 
+def bound(extra_build: float, saving: float | None, per_task: float = 0.0) -> float | str | None:
+    """One end of the break-even interval from one end of the saving's: like ``break_even`` (decreasing in
+    the saving), except that a saving of round-off size or less is ``never`` rather than "—" (tasks without
+    bound), so the interval [bound(hi), bound(lo)] always reads."""
+    if saving is None:
+        return None
+    tiny = NEGLIGIBLE * max(1.0, per_task)
+    if extra_build <= 0:
+        return 0.0 if saving >= -tiny else NEVER
+    return NEVER if saving <= tiny else extra_build / saving
+
+
+def _answer_cost(unit: str):
+    """A row's answer-phase calls or tokens (input + visible output + reasoning) per answer."""
+    def cost(r: dict[str, Any]) -> float:
+        u = (r.get("usage") or {}).get("answer") or {}
+        n = float(u.get("calls") or 0) if unit == "calls" else float(
+            (u.get("input_tokens") or 0) + (u.get("output_tokens") or 0) + (u.get("reasoning_tokens") or 0))
+        return n / epochs_of(r)
+    return cost
+
+
+def _reasoning_cost(r: dict[str, Any]) -> float:
+    return float(((r.get("usage") or {}).get("answer") or {}).get("reasoning_tokens") or 0) / epochs_of(r)
+
+
+def compare_per_task(data: RunData, benchmark: str, method: str, reference: str, kind: str, seed: int = 0,
+                     n_boot: int = 2000) -> dict[str, Any] | None:
+    """``compare`` from the rows' own usage, with intervals; None when a row of either side lacks it."""
+    sides = {m: [r for r in data.results if r["benchmark"] == benchmark and r["method"] == m]
+             for m in (method, reference)}
+    if any("usage" not in r for rows in sides.values() for r in rows):
+        return None
+    key = lambda r: (r["source"], r["seed"], str(r["task_id"]))
+    by = {m: {key(r): r for r in rows} for m, rows in sides.items()}
+    both = set(by[method]) & set(by[reference])
+    clean = {k for k in both if not by[method][k].get("failed") and not by[reference][k].get("failed")}
+    row: dict[str, Any] = {"method": method, "reference": reference, "reference_kind": kind, "per_task": True,
+                           "pairs": len(both), "pairs_compared": len(clean),
+                           "failed_rows": sum(1 for r in sides[method] if r.get("failed")),
+                           "reference_failed_rows": sum(1 for r in sides[reference] if r.get("failed")),
+                           "cells": len({k[:2] for k in both}), "cells_compared": len({k[:2] for k in clean})}
+    if not clean:
+        why = (f"every task it shares with {reference} failed on a side" if both
+               else f"no task in common with {reference}")
+        return {**row, "status": "unavailable", "reason": why}
+    m_rows = [by[method][k] for k in sorted(clean)]
+    r_rows = [by[reference][k] for k in sorted(clean)]
+    skip = shared_between(method, reference)
+    c = method_costs(data, benchmark, method, skip)
+    ref = method_costs(data, benchmark, reference, skip)
+    row.update(status="ok", shared_stages_left_out=list(skip), reference_costs=ref, **c)
+    for unit in ("calls", "tokens"):
+        d = paired_value_difference(r_rows, m_rows, _answer_cost(unit), seed=seed, n_boot=n_boot)
+        extra = max(0.0, c[f"build_{unit}"] - ref[f"build_{unit}"])
+        per_ref = d["mean_a"] or 0.0
+        row[f"answer_{unit}_per_task"] = d["mean_b"]
+        ref[f"answer_{unit}_per_task"] = d["mean_a"]
+        row[f"extra_build_{unit}"] = extra
+        row[f"saving_{unit}_per_task"] = d["mean_diff"]
+        row[f"saving_{unit}_lo"], row[f"saving_{unit}_hi"] = d["ci_lo"], d["ci_hi"]
+        row[f"saving_{unit}_untested"] = d["reason"]
+        row[f"break_even_{unit}"] = break_even(extra, d["mean_diff"], per_ref)
+        row[f"break_even_{unit}_lo"] = None if d["ci_hi"] is None else bound(extra, d["ci_hi"], per_ref)
+        row[f"break_even_{unit}_hi"] = None if d["ci_lo"] is None else bound(extra, d["ci_lo"], per_ref)
+    rsn = paired_value_difference(m_rows, r_rows, _reasoning_cost, min_pairs=1 << 30)  # the means only
+    row["answer_reasoning_tokens_per_task"] = rsn["mean_a"]
+    ref["answer_reasoning_tokens_per_task"] = rsn["mean_b"]
+    row["n_rows"] = ref["n_rows"] = len(m_rows)
+    t = paired_test(m_rows, r_rows, seed=seed, n_boot=n_boot)
+    row["accuracy_delta_pp"] = None if t["mean_diff"] is None else 100.0 * t["mean_diff"]
+    row["accuracy_lo_pp"] = None if t["ci_lo"] is None else 100.0 * t["ci_lo"]
+    row["accuracy_hi_pp"] = None if t["ci_hi"] is None else 100.0 * t["ci_hi"]
+    row["accuracy_pairs"], row["accuracy_groups"] = t["n_pairs"], t["n_groups"]
+    row["accuracy_p"], row["accuracy_p_mc_se"] = t["p_value"], t["p_mc_se"]
+    return row
+
+
 def compared_cells(data: RunData, benchmark: str, method: str, reference: str) -> tuple[set[tuple], dict[str, int]]:
     """The (source, seed) cells both answered with no failed row on either side, and the counts left out."""
     rows = [r for r in data.results if r["benchmark"] == benchmark and r["method"] in (method, reference)]
@@ -156,8 +244,12 @@ def compared_cells(data: RunData, benchmark: str, method: str, reference: str) -
 
 
 def compare(data: RunData, benchmark: str, method: str, reference: str, kind: str) -> dict[str, Any]:
-    """One method against one reference: costs on both sides, savings and break-even in calls and tokens."""
-    row: dict[str, Any] = {"method": method, "reference": reference, "reference_kind": kind}
+    """One method against one reference: costs on both sides, savings and break-even in calls and tokens
+    (per task with intervals where the rows carry their usage, else per cell without)."""
+    per_task = compare_per_task(data, benchmark, method, reference, kind)
+    if per_task is not None:
+        return per_task
+    row: dict[str, Any] = {"method": method, "reference": reference, "reference_kind": kind, "per_task": False}
     clean, counts = compared_cells(data, benchmark, method, reference)
     row.update(counts)
     if not clean:

@@ -120,27 +120,69 @@ def break_even_tables(result: dict[str, Any]) -> list[Table]:
                 f"{_num(m['answer_calls_per_task'], '{:,.2f}')} / {_num(r['answer_calls_per_task'], '{:,.2f}')}",
                 f"{_num(m['answer_tokens_per_task'], '{:,.0f}')} / {_num(r['answer_tokens_per_task'], '{:,.0f}')}",
                 _num(m.get("answer_reasoning_tokens_per_task"), "{:,.0f}"),
-                _num(m["saving_calls_per_task"], "{:+,.2f}"), _num(m["saving_tokens_per_task"], "{:+,.0f}"),
-                f"{m['cells_compared']} of {m['cells']}",
-                breakeven.fmt_tasks(m["break_even_calls"]) + " / " + breakeven.fmt_tasks(m["break_even_tokens"]),
-                format_delta(m.get("accuracy_delta_pp")) + (f" ({m['accuracy_pairs']} tasks)"
-                                                            if m.get("accuracy_pairs") else ""),
+                _saving(m, "calls", "{:+,.2f}"), _saving(m, "tokens", "{:+,.0f}"),
+                _compared(m),
+                breakeven.fmt_tasks(m["break_even_calls"]) + " / " + breakeven.fmt_tasks(m["break_even_tokens"])
+                + _tasks_interval(m),
+                _accuracy_change(m),
             ])
         note = (f"{breakeven.DEFINITION}. Reference: the method's declared zero-learning variant, else "
                 f"{safe(result['baseline'])} ({breakeven.BASELINE_NOTE}). Build columns are the method's own "
                 "learning per artifact (sub-artifacts it shares with its reference left out of both); answer "
-                "columns: method / reference per task; cells compared: (source, seed) cells both answered with no "
-                "failed row on either side (failed rows are left out of both sides with their cell).")
+                "columns: method / reference per task; compared: the paired (source, seed, task) answers with no "
+                "failure on either side, of all paired answers, and the groups resampled. Savings and the "
+                "break-even point (tokens) with their 95% interval: [—] where there is none (fewer than 5 paired "
+                "tasks, the same saving on every task, or a run whose rows carry no per-task usage, where answer "
+                "costs are per (source, seed) cell with no failed row, marked 'cells'); a break-even interval "
+                "whose ends are the point itself (0: nothing to repay; never: no saving at either end) is not "
+                "repeated.")
         tables.append(Table(title, ["method", "reference", "artifacts", "build calls / artifact",
                                     "of which judge calls", "build tokens / artifact", "of which reasoning",
                                     "answer calls / task (method / ref.)", "answer tokens / task (method / ref.)",
                                     "of which reasoning", "saving calls / task", "saving tokens / task",
-                                    "cells compared", "break-even tasks (calls / tokens)",
-                                    "Δ accuracy vs ref. (pp)"], rows,
+                                    "compared", "break-even tasks (calls / tokens) [95% CI, tokens]",
+                                    "Δ accuracy vs ref. (pp) [95% CI]"], rows,
                             note + " Break-even: — where the per-task saving is of round-off size (below a "
                             "millionth of the reference's per-task cost). Δ accuracy: the paired statistic (method "
                             "minus reference) on the compared cells' tasks, so a saving bought with accuracy shows."))
     return tables
+
+
+def _saving(m: dict[str, Any], unit: str, fmt: str) -> str:
+    """The per-task saving with its interval ([—]: none, see the note)."""
+    out = _num(m[f"saving_{unit}_per_task"], fmt)
+    if not m.get("per_task"):
+        return out
+    lo, hi = m.get(f"saving_{unit}_lo"), m.get(f"saving_{unit}_hi")
+    return out + (f" [{fmt.format(lo)}, {fmt.format(hi)}]" if lo is not None else f" [{NA}]")
+
+
+def _compared(m: dict[str, Any]) -> str:
+    if not m.get("per_task"):
+        return f"{m['cells_compared']} of {m['cells']} cells"
+    groups = f", {m['accuracy_groups']} groups" if m.get("accuracy_groups") else ""
+    return f"{m['pairs_compared']} of {m['pairs']} tasks{groups}"
+
+
+def _tasks_interval(m: dict[str, Any]) -> str:
+    if not m.get("per_task"):
+        return ""
+    lo, hi = m.get("break_even_tokens_lo"), m.get("break_even_tokens_hi")
+    if lo is None or hi is None:
+        return f" [{NA}]"
+    lo_text, hi_text = breakeven.fmt_tasks(lo), breakeven.fmt_tasks(hi)
+    # both ends the same (no build to repay: 0; a saving below 0 at both ends: never): the point says it all
+    return "" if lo_text == hi_text == breakeven.fmt_tasks(m["break_even_tokens"]) else f" [{lo_text}, {hi_text}]"
+
+
+def _accuracy_change(m: dict[str, Any]) -> str:
+    """Δ accuracy on the same pairs as the saving, with its interval, so a saving bought with accuracy shows."""
+    out = format_delta(m.get("accuracy_delta_pp"))
+    if m.get("accuracy_lo_pp") is not None:
+        out += f" [{format_delta(m['accuracy_lo_pp'])}, {format_delta(m['accuracy_hi_pp'])}]"
+    elif m.get("per_task") and m.get("accuracy_delta_pp") is not None:
+        out += f" [{NA}]"
+    return out + (f" ({m['accuracy_pairs']} tasks)" if m.get("accuracy_pairs") else "")
 
 
 # -- prequential ------------------------------------------------------------------------------------

@@ -825,3 +825,89 @@ def test_prequential_figure_scales_low_curves_and_keeps_100_for_high_ones():
     assert y_top([0.0, 2.9, 13.9]) == 20.0  # SmolLM2's few per cent fill the plot instead of its bottom tenth
     assert y_top([0.0, 1.0]) == 10.0 and y_top([]) == 10.0
     assert y_top([40.0, 45.0]) == 55.0 and y_top([51.0]) == 100.0 and y_top([100.0]) == 100.0
+
+
+def _row_with_usage(method, source, seed, i, tokens, calls=1, score=1.0, failed=False, epochs=None):
+    r = {"benchmark": "b", "source": source, "method": method, "seed": seed, "task_id": f"t{i}", "group": f"g{i // 2}",
+         "score": score, "failed": failed,
+         "usage": {"answer": {"calls": calls, "input_tokens": tokens - 10, "output_tokens": 10, "reasoning_tokens": 0,
+                              "failed_calls": 0},
+                   "judge": {"calls": 7, "input_tokens": 999, "output_tokens": 1, "reasoning_tokens": 0,
+                             "failed_calls": 0}}}
+    if epochs:
+        r["epochs"] = [{"epoch": e + 1, "score": score} for e in range(epochs)]
+    return r
+
+
+def test_break_even_saving_has_a_per_task_interval_and_the_accuracy_change(tmp_path):
+    """Each result row carries its task's answer usage: the saving is the paired, source-stratified mean of
+    per-task differences (hand-computed below) with a cluster-bootstrap interval, the break-even point gets
+    the build divided by each end of it, the accuracy change on the same pairs sits beside it, and a failed
+    pair leaves out only that task (the per-cell fallback dropped its whole cell)."""
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"benchmark": "b", "methods": [{"name": n} for n in
+                                                                            ("hybrid_rag", "lean")]}))
+    rows = []
+    for src, base_cost in (("s1", 2000), ("s2", 3000)):
+        for i in range(10):
+            rows.append(_row_with_usage("hybrid_rag", src, 0, i, base_cost))
+            # lean saves 400 + 100 i tokens on s1's task i (mean 850) and 1,000 + 100 i on s2's (mean 1,450)
+            saving = (400 if src == "s1" else 1000) + 100 * i
+            rows.append(_row_with_usage("lean", src, 0, i, base_cost - saving, score=float(i % 3 != 0),
+                                        failed=src == "s2" and i == 9))
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    usage = [_usage("lean", "learn", 10, 90000, 10000, source="s1"), _usage("lean", "learn", 10, 90000, 10000,
+                                                                              source="s2")]
+    (run / "usage.jsonl").write_text("".join(json.dumps(u) + "\n" for u in usage))
+    m = next(x for x in breakeven.compute(load_run(run))["benchmarks"][0]["methods"] if x["method"] == "lean")
+    assert m["per_task"] and (m["pairs"], m["pairs_compared"]) == (20, 19)  # s2/t9 failed: that task only
+    # s1: mean of 400..1,300 = 850; s2 without t9: mean of 1,000..1,800 = 1,400; sources weigh the same
+    assert m["saving_tokens_per_task"] == pytest.approx((850 + 1400) / 2)
+    assert m["saving_calls_per_task"] == 0.0 and m["break_even_calls"] == breakeven.NEVER
+    lo, hi = m["saving_tokens_lo"], m["saving_tokens_hi"]
+    assert lo < m["saving_tokens_per_task"] < hi and 700 < lo and hi < 1500
+    assert m["extra_build_tokens"] == 100000.0
+    assert m["break_even_tokens"] == pytest.approx(100000 / 1125)
+    assert (m["break_even_tokens_lo"], m["break_even_tokens_hi"]) == (pytest.approx(100000 / hi),
+                                                                      pytest.approx(100000 / lo))
+    # accuracy on the same 19 pairs: lean is wrong on tasks 0, 3, 6, 9 of s1 (-40.0 pp) and 0, 3, 6 of the 9
+    # s2 tasks left (-33.3 pp)
+    assert m["accuracy_pairs"] == 19 and m["accuracy_delta_pp"] == pytest.approx(-(40.0 + 100 / 3) / 2)
+    assert m["accuracy_lo_pp"] is not None and m["accuracy_lo_pp"] <= m["accuracy_delta_pp"] <= m["accuracy_hi_pp"]
+    table = break_even_tables(breakeven.compute(load_run(run)))[0]
+    cells = dict(zip(table.header, next(r for r in table.rows if r[0] == "lean")))
+    assert cells["saving tokens / task"].startswith("+1,125 [") and cells["compared"] == "19 of 20 tasks, 10 groups"
+    assert cells["break-even tasks (calls / tokens) [95% CI, tokens]"].startswith("never / 89 [")
+    assert cells["Δ accuracy vs ref. (pp) [95% CI]"].startswith("-36.7 [")
+    # degenerate: 3 paired tasks give a point but no interval ("—"), never a number from nothing
+    few = [r for r in rows if r["source"] == "s1" and r["task_id"] in ("t0", "t1", "t2")]
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in few))
+    m = next(x for x in breakeven.compute(load_run(run))["benchmarks"][0]["methods"] if x["method"] == "lean")
+    assert m["saving_tokens_per_task"] == 500.0 and m["saving_tokens_lo"] is None
+    assert "fewer than 5" in m["saving_tokens_untested"] and m["break_even_tokens_lo"] is None
+    row = next(r for r in break_even_tables(breakeven.compute(load_run(run)))[0].rows if r[0] == "lean")
+    assert "+500 [—]" in row and any(c.endswith(" [—]") and c.startswith("never / ") for c in row)
+
+
+def test_break_even_counts_one_answer_per_epoch():
+    """A row answered over 3 epochs carries the usage of all three: break-even costs one answer."""
+    r = _row_with_usage("m", "s", 0, 0, 3000, calls=3, epochs=3)
+    assert breakeven._answer_cost("tokens")(r) == 1000.0 and breakeven._answer_cost("calls")(r) == 1.0
+
+
+def test_each_result_row_carries_its_own_answer_usage(toy_run):
+    """The calls counted into a task's row are that task's own (its sample's context), not its cell's: per
+    (method, source, seed) cell, the rows' answer and judge calls add up to the cell's counts in
+    usage.jsonl, with tasks answered concurrently."""
+    rows = [json.loads(x) for x in (toy_run / "results.jsonl").read_text().splitlines() if x.strip()]
+    usage = [json.loads(x) for x in (toy_run / "usage.jsonl").read_text().splitlines() if x.strip()]
+    assert rows and all("usage" in r for r in rows)
+    for phase in ("answer", "judge"):
+        for cell in {(r["method"], r["source"], r["seed"]) for r in rows}:
+            from_rows = sum((r["usage"].get(phase) or {}).get("calls", 0) for r in rows
+                            if (r["method"], r["source"], r["seed"]) == cell)
+            from_ledger = sum(u["calls"] for u in usage if (u["method"], u["source"], u["seed"]) == cell
+                              and u["phase"] == phase and u["status"] in ("live", "cached"))
+            assert from_rows == from_ledger, (phase, cell)
+    assert any(r["usage"].get("answer", {}).get("calls") for r in rows)

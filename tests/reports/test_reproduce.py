@@ -568,6 +568,13 @@ def test_html_report_opens_in_headless_chromium(toy_run, tmp_path):
     for tid in ("table1", "table2", "table3", "table4", "table5", "table6", "figure3", "figure4", "figure5"):
         assert f'<section id="{tid}">' in html, tid
     assert "Table 1: main results" in html
+    # the paired comparisons as the browser shows them: Δ with its interval, the pairs and the MDE
+    from tests.reports.test_comparison_columns_in_chromium import _Tables
+
+    parser = _Tables()
+    parser.feed(html)
+    heads = [t[0] for t in parser.tables if t and "Δ (pp) [95% CI]" in t[0]]
+    assert heads and all({"Paired tasks (groups)", "MDE 80% (pp)", "p (Holm)"} <= set(h) for h in heads)
 
 
 # -------------------------------------------------------------------------------------------- LaTeX
