@@ -162,6 +162,9 @@ def _from_arguments(a: argparse.Namespace) -> list[Folder]:
 def run(a: argparse.Namespace) -> int:
     if not a.config and not (a.benchmark and a.methods):
         raise ConfigError("estimate: give --config CONFIG, or --benchmark and --methods as for `run`")
+    if a.config and (a.benchmark or a.methods):
+        raise ConfigError("estimate: give --config CONFIG or --benchmark and --methods, not both (the config "
+                          "names its benchmarks and methods)")
     rates = measure(a.calibration) if a.calibration else load_rates()
     basis = (f"rates measured on {', '.join(str(p) for p in a.calibration)}" if a.calibration
              else "shipped rates (harness/cost_rates.json, measured on the API-like test backend)")

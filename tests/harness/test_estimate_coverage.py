@@ -158,3 +158,15 @@ def test_the_wall_time_against_a_finished_run_counts_all_its_calls(tmp_path, cap
     assert wall["measured_s"] == 12.0 and wall["compare_connections"] == 2
     # 3 independent answers at 2 connections and 10 s a call: 3 x 10 / 2, plus one task's chain
     assert wall["predicted_s"] == pytest.approx(3 * 10 / 2 + 2 * 10)
+
+
+def test_a_run_with_a_shared_cache_has_no_measured_wall_time(tmp_path):
+    run = tmp_path / "run"
+    _cache(run, [0.0, 5.0, 12.0])
+    (run / "run.json").write_text(json.dumps({"execution": {"cache_dir": str(tmp_path / "shared")}}))
+    assert walltime.measured_wall(run) is None and walltime.measured_calls_per_minute(run) is None
+
+
+def test_a_config_and_a_command_line_at_once_are_refused(capsys):
+    assert main(["estimate", "--config", "configs/smoke.yaml", *PW, "--methods", "hybrid_rag"]) == 2
+    assert "not both" in capsys.readouterr().err
