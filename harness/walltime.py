@@ -11,9 +11,8 @@ budget is, finishes the learning within
 
 (Brent's bound: the calls off the chain fill the connections; the chain's calls each wait a
 latency). The larger of N x latency / C and D x latency alone is a lower bound that no run reaches
-when a cell has long narrow parts: SourceLearn on SWE-QA flask (1,760 learning calls, a chain of
-about 40, 8 s a call, C = 32) measured 1.9x that bound and within 10 % of Brent's
-(docs/performance.md). The test phase (every task independent, a task a short chain of an answer
+when a cell has long narrow parts: SourceLearn on SWE-QA flask (1,740 learning calls, a chain of
+about 54, 8 s a call, C = 32) took 2.2x that bound and 1.1x Brent's (docs/performance.md). The test phase (every task independent, a task a short chain of an answer
 and a judge call) takes N_test x latency / C plus one task's chain. CPU time of the harness and the
 methods (retrieval, clustering, parsing) is not counted: it is small against seconds-long calls, and
 ``benchmarks/learn_throughput_bench.py`` measures how close a run comes to this bound.
