@@ -31,6 +31,7 @@ from .io import read_json, read_jsonl
 
 RATES_FILE = Path(__file__).with_name("cost_rates.json")
 KINDS = ("calls", "input_tokens", "output_tokens", "reasoning_tokens")
+JUDGE_PHASES = ("judge", "learn_judge")
 
 
 @dataclass
@@ -47,6 +48,7 @@ class CellUnits:
     uses_guidance: bool
     kind: str = ""  # the source's kind (documents, code, api): rates are measured per kind where they can be
     test_ids: tuple[str, ...] = ()  # the cell's test tasks, for the power of the planned comparisons
+    judged: bool = True  # the benchmark scores with a judge model: judge calls only then
 
 
 @dataclass
@@ -194,6 +196,8 @@ def estimate_cells(cells: list[CellUnits], rates: dict[str, dict[str, Rate]],
             continue
         for label, r in sorted(_for_kind(by, c.kind).items()):
             phase = label.split("/", 1)[0]
+            if phase in JUDGE_PHASES and not c.judged:  # scored by rule: no judge calls, learning's nor testing's
+                continue
             if r.unit == "element" and not c.uses_guidance:  # one artifact per source, shared by its seeds
                 if (c.method, c.source) in learned:
                     continue

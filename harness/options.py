@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
@@ -202,3 +203,104 @@ def share(s: str) -> float:
     if not 0.0 <= x <= 1.0:
         raise argparse.ArgumentTypeError(f"expected a share between 0 and 1, got {s!r}")
     return x
+
+
+def method_names(text: str) -> list[str]:
+    """``--methods``/``--rerun``: comma-separated names, a variant (``METHOD@KEY=VALUE,...``) kept whole."""
+    from .registry import method_list
+
+    non_empty_csv(text)  # one clear line for an empty list
+    try:
+        return method_list(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def positive_int_list(s: str) -> list[int]:
+    """``C[,C...]``: one or more positive integers."""
+    return [positive_int(x) for x in non_empty_csv(s)]
+
+
+def temperature(s: str) -> float:
+    x = finite_float(s)
+    if x < 0:
+        raise argparse.ArgumentTypeError(f"expected a temperature >= 0, got {s!r}")
+    return x
+
+
+def add_run_arguments(p: argparse.ArgumentParser, *, required: bool = True, several_connections: bool = False) -> None:
+    """Every option of ``run`` but the protocols' (which belong to the reports): ``run`` itself and
+    ``estimate``, which takes the same command line to price it (``required=False``: it also takes a
+    config instead; ``several_connections``: ``--max-connections`` takes a list, one wall time each)."""
+    p.add_argument("--benchmark", required=required, help="benchmark name (see `sourcebench list`)")
+    p.add_argument("--methods", required=required, type=method_names, help="comma-separated method names; "
+                   "METHOD@KEY=VALUE[,KEY=VALUE] runs a method under other settings as its own row, named by them "
+                   "(e.g. hybrid_rag,hybrid_rag@top_k=4)")
+    p.add_argument("--model", required=required, help="solver model (inspect-ai name), e.g. local/smollm2")
+    p.add_argument("--judge-model", help="judge model for LLM-judged benchmarks (default: the solver model)")
+    p.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="split seeds (default 0,1,2)")
+    p.add_argument("--limit", type=positive_int, help="test tasks per source and seed (seeded subset, same for all methods)")
+    p.add_argument("--guidance-limit", type=guidance_limit,
+                   help="guidance tasks per source and seed (seeded subset), or 'all'. Default: all, except that "
+                   "with --limit N it is ceil(3N/7), the split's own 30:70 ratio, so that a quick run is quick "
+                   "for methods that learn from guidance too")
+    p.add_argument("--sources", type=non_empty_csv, help="comma-separated source ids (default: all)")
+    p.add_argument("--out", type=Path, help="output folder (default runs/<benchmark>-<model>)")
+    p.add_argument("--data-dir", type=Path, help="folder holding benchmark data (default: $SOURCEBENCH_DATA_DIR, "
+                   "./data, ../shared/data)")
+    p.add_argument("--cache-dir", type=Path, help="model-call and embedding cache folder (default OUT/cache); "
+                   "runs that share one never pay twice for the same call (same model, settings, messages)")
+    p.add_argument("--opt", action="append", metavar="KEY=VALUE", help="benchmark option (repeatable), e.g. "
+                   "max_difficulty=2 for phantomwiki, flask=DIR for swe_qa")
+    p.add_argument("--method-config", action="append", metavar="METHOD.KEY=VALUE", help="method setting (repeatable)")
+    p.add_argument("--embedder", default="auto", help="auto (local MiniLM if installed, else hash), local, hash, "
+                   "openai/<model>")
+    p.add_argument("--max-tokens", type=positive_int, default=512, help="max output tokens per call (default 512)")
+    p.add_argument("--temperature", type=temperature, default=0.0, help="sampling temperature (default 0)")
+    p.add_argument("--epochs", type=positive_int, default=1, help="answers per test task (inspect-ai epochs), for "
+                   "a backend that is not deterministic: each is scored and cached under its own key (the solver's "
+                   "seed changes with the epoch), the task's score is their mean and the leaderboard shows the "
+                   "within-task sd; more than 1 needs --temperature above 0 (default 1)")
+    p.add_argument("--context-window", type=positive_int, help="solver context window in tokens; longer prompts are "
+                   "scored failures (default: known for local models)")
+    p.add_argument("--reasoning-effort", choices=REASONING_EFFORTS,
+                   help="the solver's reasoning effort, for models that take one (default: the provider's)")
+    p.add_argument("--judge-reasoning-effort", choices=REASONING_EFFORTS,
+                   help="the judge's reasoning effort (default: the provider's)")
+    add_reasoning_arguments(p)
+    add_degradation_arguments(p)
+    add_cost_arguments(p)
+    p.add_argument("--max-samples", type=positive_int, help="concurrent test tasks (default: twice --max-connections "
+                   "when that is given, else inspect's)")
+    if several_connections:  # estimate: the wall time at each of several budgets
+        p.add_argument("--max-connections", type=positive_int_list, metavar="C[,C...]", help="the run's connection "
+                       "budget(s) for the expected wall time (default 32, as `run` for a served model)")
+    else:
+        p.add_argument("--max-connections", type=positive_int, help="the run's connection budget: model calls in "
+                       "flight at once across every cell, stage and phase, learning included (default: 32 for a "
+                       "served model, the hosted APIs' first paid tiers serve more; a local/ model's pool of "
+                       "contexts)")
+    p.add_argument("--max-retries", type=non_negative_int, default=5, help="retries of a failed model call (HTTP 429/5xx, "
+                   "timeout, dropped connection, unparsable reply) with exponential backoff, after which the task "
+                   "is a scored failure with the reason (default 5)")
+    p.add_argument("--attempt-timeout", type=positive_int, help="seconds before one attempt of a model call is "
+                   "abandoned and retried (default: the provider's)")
+    p.add_argument("--timeout", type=positive_int, help="seconds a model call may take, retries included (default: none)")
+    p.add_argument("--executor", default="local", choices=["local", "ray"], help="run the (method, source, seed) "
+                   "cells here (local, default) or as Ray tasks (ray; the output folder must be shared by all nodes)")
+    p.add_argument("--test-processes", type=positive_int, default=1, help="split every cell's test tasks over N "
+                   "processes (local executor; --max-connections and --max-samples are shared among them). "
+                   "For fast remote endpoints at high concurrency, where one process is CPU-bound; not for "
+                   "local/ models, which would be loaded once per process (default 1)")
+    p.add_argument("--learn-concurrency", type=positive_int, help="cells (method x source x seed) learned at the "
+                   "same time. Default: every pending cell for a served model (--max-connections bounds their calls "
+                   "in flight, so chains of calls in one cell leave the connections to the others); one for a "
+                   "local/ model (on a 2-core machine, 2 overlaps cells: one llama.cpp context per core)")
+    p.add_argument("--ray-address", help="Ray cluster to use with --executor ray, e.g. auto or ray://head:10001 "
+                   "(default: start a local instance)")
+    p.add_argument("--display", default=None, choices=["full", "conversation", "rich", "plain", "log", "none"],
+                   help="inspect-ai display during the test phase (default: plain on a terminal, none otherwise)")
+    p.add_argument("--rerun", action="append", type=method_names, metavar="METHOD", help="learn and test these methods "
+                   "again although their artifacts and rows exist (repeatable or comma-separated); edited code is "
+                   "re-learned without it")
+    p.add_argument("--no-report", action="store_true", help="do not write the leaderboard at the end")

@@ -16,32 +16,9 @@ from sourcebench.reports.protocols.cli import protocol_list, settings_of
 from ..errors import ConfigError
 from ..health import EXIT_DEGRADED
 from ..llm import parse_model_spec
-from ..options import (
-    REASONING_EFFORTS,
-    add_cost_arguments,
-    add_degradation_arguments,
-    add_reasoning_arguments,
-    finite_float,
-    guidance_limit,
-    key_values,
-    method_configs,
-    non_empty_csv,
-    non_negative_int,
-    positive_int,
-    resolve_guidance_limit,
-    seed_list,
-)
-from ..registry import method_list
+from ..options import add_run_arguments, key_values, method_configs, resolve_guidance_limit
 from ..runner import RunConfig, Runner
 from .common import EPILOG, console
-
-
-def _methods(text: str) -> list[str]:
-    non_empty_csv(text)  # one clear line for an empty list
-    try:
-        return method_list(text)
-    except ConfigError as e:
-        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:
@@ -50,87 +27,18 @@ def add_parser(sub: Any) -> argparse.ArgumentParser:
                        "phase as inspect-ai tasks, score, and write results.jsonl and a leaderboard. Re-running "
                        "the same command resumes an interrupted run; a finished run makes no model calls.",
                        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG)
-    r.add_argument("--benchmark", required=True, help="benchmark name (see `sourcebench list`)")
-    r.add_argument("--methods", required=True, type=_methods, help="comma-separated method names; "
-                   "METHOD@KEY=VALUE[,KEY=VALUE] runs a method under other settings as its own row, named by them "
-                   "(e.g. hybrid_rag,hybrid_rag@top_k=4)")
-    r.add_argument("--model", required=True, help="solver model (inspect-ai name), e.g. local/smollm2")
-    r.add_argument("--judge-model", help="judge model for LLM-judged benchmarks (default: the solver model)")
-    r.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="split seeds (default 0,1,2)")
-    r.add_argument("--limit", type=positive_int, help="test tasks per source and seed (seeded subset, same for all methods)")
-    r.add_argument("--guidance-limit", type=guidance_limit,
-                   help="guidance tasks per source and seed (seeded subset), or 'all'. Default: all, except that "
-                   "with --limit N it is ceil(3N/7), the split's own 30:70 ratio, so that a quick run is quick "
-                   "for methods that learn from guidance too")
-    r.add_argument("--sources", type=non_empty_csv, help="comma-separated source ids (default: all)")
-    r.add_argument("--out", type=Path, help="output folder (default runs/<benchmark>-<model>)")
-    r.add_argument("--data-dir", type=Path, help="folder holding benchmark data (default: $SOURCEBENCH_DATA_DIR, "
-                   "./data, ../shared/data)")
-    r.add_argument("--cache-dir", type=Path, help="model-call and embedding cache folder (default OUT/cache); "
-                   "runs that share one never pay twice for the same call (same model, settings, messages)")
-    r.add_argument("--opt", action="append", metavar="KEY=VALUE", help="benchmark option (repeatable), e.g. "
-                   "max_difficulty=2 for phantomwiki, flask=DIR for swe_qa")
-    r.add_argument("--method-config", action="append", metavar="METHOD.KEY=VALUE", help="method setting (repeatable)")
-    r.add_argument("--embedder", default="auto", help="auto (local MiniLM if installed, else hash), local, hash, "
-                   "openai/<model>")
-    r.add_argument("--max-tokens", type=positive_int, default=512, help="max output tokens per call (default 512)")
-    r.add_argument("--temperature", type=non_negative_temperature, default=0.0, help="sampling temperature (default 0)")
-    r.add_argument("--epochs", type=positive_int, default=1, help="answers per test task (inspect-ai epochs), for "
-                   "a backend that is not deterministic: each is scored and cached under its own key (the solver's "
-                   "seed changes with the epoch), the task's score is their mean and the leaderboard shows the "
-                   "within-task sd; more than 1 needs --temperature above 0 (default 1)")
-    r.add_argument("--context-window", type=positive_int, help="solver context window in tokens; longer prompts are "
-                   "scored failures (default: known for local models)")
-    r.add_argument("--reasoning-effort", choices=REASONING_EFFORTS,
-                   help="the solver's reasoning effort, for models that take one (default: the provider's)")
-    r.add_argument("--judge-reasoning-effort", choices=REASONING_EFFORTS,
-                   help="the judge's reasoning effort (default: the provider's)")
-    add_reasoning_arguments(r)
-    add_degradation_arguments(r)
-    add_cost_arguments(r)
-    r.add_argument("--max-samples", type=positive_int, help="concurrent test tasks (default: twice --max-connections "
-                   "when that is given, else inspect's)")
-    r.add_argument("--max-connections", type=positive_int, help="the run's connection budget: model calls in flight "
-                   "at once across every cell, stage and phase, learning included (default: 32 for a served model, "
-                   "the hosted APIs' first paid tiers serve more; a local/ model's pool of contexts)")
-    r.add_argument("--max-retries", type=non_negative_int, default=5, help="retries of a failed model call (HTTP 429/5xx, "
-                   "timeout, dropped connection, unparsable reply) with exponential backoff, after which the task "
-                   "is a scored failure with the reason (default 5)")
-    r.add_argument("--attempt-timeout", type=positive_int, help="seconds before one attempt of a model call is "
-                   "abandoned and retried (default: the provider's)")
-    r.add_argument("--timeout", type=positive_int, help="seconds a model call may take, retries included (default: none)")
-    r.add_argument("--executor", default="local", choices=["local", "ray"], help="run the (method, source, seed) "
-                   "cells here (local, default) or as Ray tasks (ray; the output folder must be shared by all nodes)")
-    r.add_argument("--test-processes", type=positive_int, default=1, help="split every cell's test tasks over N "
-                   "processes (local executor; --max-connections and --max-samples are shared among them). "
-                   "For fast remote endpoints at high concurrency, where one process is CPU-bound; not for "
-                   "local/ models, which would be loaded once per process (default 1)")
-    r.add_argument("--learn-concurrency", type=positive_int, help="cells (method x source x seed) learned at the "
-                   "same time. Default: every pending cell for a served model (--max-connections bounds their calls "
-                   "in flight, so chains of calls in one cell leave the connections to the others); one for a "
-                   "local/ model (on a 2-core machine, 2 overlaps cells: one llama.cpp context per core)")
-    r.add_argument("--ray-address", help="Ray cluster to use with --executor ray, e.g. auto or ray://head:10001 "
-                   "(default: start a local instance)")
-    r.add_argument("--display", default=None, choices=["full", "conversation", "rich", "plain", "log", "none"],
-                   help="inspect-ai display during the test phase (default: plain on a terminal, none otherwise)")
-    r.add_argument("--rerun", action="append", type=_methods, metavar="METHOD", help="learn and test these methods "
-                   "again although their artifacts and rows exist (repeatable or comma-separated); edited code is "
-                   "re-learned without it")
-    r.add_argument("--no-report", action="store_true", help="do not write the leaderboard at the end")
-    r.add_argument("--protocols", type=protocol_list, help="after the test phase, run these evaluation protocols and "
-                   "add them to the leaderboard: key-overlap, break-even, prequential, harmful, all or none "
-                   "(see `sourcebench protocol -h`). Default: key-overlap and break-even (no model calls) when a "
-                   "method learns from guidance")
-    add_protocol_settings(r)
-
+    add_run_arguments(r)
+    add_protocol_arguments(r)
     return r
 
 
-def non_negative_temperature(s: str) -> float:
-    x = finite_float(s)
-    if x < 0:
-        raise argparse.ArgumentTypeError(f"expected a temperature >= 0, got {s!r}")
-    return x
+def add_protocol_arguments(p: argparse.ArgumentParser) -> None:
+    """``--protocols`` and their settings (run; estimate takes them too, to take run's command line)."""
+    p.add_argument("--protocols", type=protocol_list, help="after the test phase, run these evaluation protocols and "
+                   "add them to the leaderboard: key-overlap, break-even, prequential, harmful, all or none "
+                   "(see `sourcebench protocol -h`). Default: key-overlap and break-even (no model calls) when a "
+                   "method learns from guidance")
+    add_protocol_settings(p)
 
 
 def check_arguments(a: argparse.Namespace) -> dict[str, dict[str, Any]]:

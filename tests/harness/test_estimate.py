@@ -88,8 +88,10 @@ def test_max_cost_stops_a_run_resumably_before_it_passes_the_budget(tmp_path, ca
 def test_estimate_prints_a_plan_for_the_paper_table_1_config(capsys):
     need_data("apibench")  # the config's one benchmark whose data the repository does not ship
     assert main(["estimate", "--config", "configs/table1.yaml"]) == 0
-    printed = capsys.readouterr().out
-    assert "cell(s)" in printed and "total:" in printed
+    printed = " ".join(capsys.readouterr().out.split())
+    assert "cell(s)" in printed
+    # all 15 (backend, benchmark) folders priced, or the total says how many and the rest are named
+    assert "total:" in printed or ("of 15 folder(s) estimated:" in printed and ": not estimated (" in printed)
 
 
 def test_planned_mde_hand_computed():
