@@ -131,12 +131,30 @@ class NotApplicable(Exception):
     """An analysis finds nothing to analyse in a run folder: reported as not run, not as a failure."""
 
 
+REPORT_NOTES = "report_notes"  # key of learn()'s stats: sentences reports show beside the cell's numbers
+
+
+def learn_notes(artifact_dir: Path) -> list[str]:
+    """The notes ``learn`` returned under ``REPORT_NOTES`` for one artifact (its manifest's stats), such as
+    a stage the method did not build and what is scored in its place; [] when there are none."""
+    from .artifacts import MANIFEST
+    from .io import read_json
+
+    path = Path(artifact_dir) / MANIFEST
+    stats = read_json(path).get("stats") if path.is_file() else None
+    notes = stats.get(REPORT_NOTES) if isinstance(stats, dict) else None
+    return [str(n) for n in notes] if isinstance(notes, list) else []
+
+
 class Method(abc.ABC):
     """Subclass, set ``name``/``version``/``Config``, implement ``learn``, ``load`` and ``answer``.
 
     ``uses_guidance``: whether the artifact depends on the guidance tasks of a split (then one
     artifact per split), or only on the source (one per source and backend, shared by all seeds).
     ``deviations``: where the implementation departs from the published method; shown in reports.
+
+    ``learn`` may return, under ``REPORT_NOTES``, a list of short sentences about that artifact which the
+    leaderboard prints per method, source and seed (e.g. a stage not built and what is scored instead).
 
     Optional hooks, read by reports and protocols (the defaults mean "not provided"):
 

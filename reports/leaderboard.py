@@ -23,6 +23,7 @@ import numpy as np
 
 from sourcebench.harness.health import run_health
 from sourcebench.harness.io import atomic_write_text
+from sourcebench.harness.method import learn_notes
 
 from .layout import NA, Figure, Table, pct, render_html, render_markdown, safe, safe_url
 from .provenance_marks import by_source, mark
@@ -460,6 +461,20 @@ def _source_table(b: dict) -> Table:
     )
 
 
+def _learning_notes(data: RunData, bench: str) -> Table | None:
+    """What a method's learning noted about the artifact a cell was scored with (``REPORT_NOTES`` in the
+    artifact's manifest, e.g. a stage not built and what is scored in its place), per source and seed."""
+    cells = {(r["method"], r["source"], r["seed"], r["artifact"]) for r in data.results
+             if r["benchmark"] == bench and r.get("artifact")}
+    rows = [[safe(m), safe(s), str(seed), safe(note)]
+            for m, s, seed, art in sorted(cells, key=lambda c: (str(c[0]), str(c[1]), sort_key(c[2])))
+            for note in learn_notes(data.run_dir / "artifacts" / ("method_" + str(m).replace("/", "_")) / str(art))]
+    if not rows:
+        return None
+    return Table(f"{safe(bench)}: notes recorded while learning, per seed", ["method", "source", "seed", "note"],
+                 rows, "Each row: what the method recorded with the artifact that seed's scores come from.")
+
+
 def _failure_table(data: RunData, summary: list[dict]) -> Table:
     calls = Counter(
         (f.get("benchmark"), f.get("method"), f.get("phase"), _kind(f.get("error"))) for f in data.failures
@@ -602,7 +617,8 @@ def build_tables(data: RunData, summary: list[dict]) -> list[tuple[str, list[Tab
     """(section title, tables and the forest plot) in display order."""
     sections = [
         (safe(b["benchmark"]), [t for t in (_main_table(b), _forest(b), _cost_table(b), _stage_table(b),
-                                             _seed_table(b), _epoch_table(b), _source_table(b)) if t is not None])
+                                             _seed_table(b), _epoch_table(b), _learning_notes(data, b["benchmark"]),
+                                             _source_table(b)) if t is not None])
         for b in summary
     ]
     if data.failures or any(e.get("failure_reasons") for b in summary for e in b["methods"]):

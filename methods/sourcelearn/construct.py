@@ -9,7 +9,7 @@ Steps (paper section 4.2, Appendix C.1; the official compiler's write-once desig
 4. per entity one entity-centred reading that fills slots (attributes with one element id each,
    mechanisms, distinctions, decisive details; at most ``read_budget`` of the last three together,
    attributes unbounded). A document family is shown as 900-character section excerpts, a code
-   entity as its 16k closure window (``CodeIndex``). Element ids must be copied verbatim from the
+   entity as its 16k closure window (``code_window``). Element ids must be copied verbatim from the
    material: code keeps only ids that were shown and exist;
 5. one batched grounding check per entity drops claims the cited excerpts do not support;
 6. mechanical folding, no LLM: an attribute value shared by >= 3 entities and >= 60% of a
@@ -26,11 +26,9 @@ entity 1 reading + ceil(claims/8) grounding + per region (>= 4 entity cards, dis
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import functools
 import re
-import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +41,7 @@ from sourcebench.harness.llm import Message
 from sourcebench.harness.schema_limits import bounded_list
 from sourcebench.harness.token_budget import fit_to_window
 
+from .code_window import WINDOW_CHARS, Piece, closure_window
 from .config import SourceLearnConfig
 from .grounding import gate_batch
 from .model import Anchor, Attribute, Cited, Entity, Few, Phrase, Region, Scope, SourceModel, Statement, Unit
@@ -54,7 +53,6 @@ if TYPE_CHECKING:
 
 READ_MAX_TOKENS = 1500
 MATERIAL_CHARS = 24_000  # material of the other construction prompts when the model declares no window
-WINDOW_CHARS = 16_000  # WINDOW_CHARS: a code entity's closure window, full text
 ATTRIBUTES_MAX = 40  # attributes of one reading: unbounded officially; a decoder's stop only
 MIN_EXCERPT = 300
 MERGE_OVERLAP = 0.6  # mechanisms of different entities this similar merge into one regional mechanism
@@ -126,126 +124,18 @@ def reading_elements(ent: Entity, source: Source) -> list[Element]:
     return els
 
 
-@dataclass
-class _Module:
-    """What a closure window needs of one parsed Python file."""
-
-    defs: dict[str, ast.AST]  # top-level functions and classes
-    consts: dict[str, ast.AST]  # top-level assignments, by target name
-    imports: set[str]  # names bound by ``from x import name``
-    text: str
-
-
-def _used_names(node: ast.AST) -> list[str]:
-    return list(dict.fromkeys(n.id for n in ast.walk(node) if isinstance(n, ast.Name)))
+def entity_window(ent: Entity, region: Region, source: Source) -> list[Piece]:
+    """A code entity's closure window (``code_window.closure_window``, 16k characters) over its region's
+    other files; [] when the entity is not a top-level symbol of a parsable module (it is then read from
+    its own elements, cut to fit)."""
+    first = source.element(ent.element_ids[0]) if ent.element_ids else None
+    if first is None:
+        return []
+    files = sorted({i.split("#", 1)[0] for i in region.element_ids})
+    return closure_window(source, first, files, WINDOW_CHARS)
 
 
-class CodeIndex:
-    """Closure windows of code entities (official ``build_window``): the entity's own code, the
-    same-module functions, classes and constants it reaches transitively, then one hop into other
-    modules of its region that define a class it imports; full text, at most ``WINDOW_CHARS``.
-    Each file is parsed once per construction."""
-
-    def __init__(self, source: Source, window_chars: int = WINDOW_CHARS):
-        self.source, self.window_chars = source, window_chars
-        self._mods: dict[str, _Module | None] = {}
-        self._segments: dict[int, str] = {}  # id(node) -> text; the nodes live as long as _mods
-        self._files = {e.path: e for e in source.elements if e.kind == "file" and e.path.endswith(".py")}
-
-    def module(self, path: str) -> _Module | None:
-        if path not in self._mods:
-            el = self._files.get(path)
-            mod = None
-            if el is not None:
-                try:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        tree = ast.parse(el.text)
-                except (SyntaxError, ValueError, RecursionError):
-                    tree = None
-                if tree is not None:
-                    defs: dict[str, ast.AST] = {}
-                    consts: dict[str, ast.AST] = {}
-                    imports: set[str] = set()
-                    for n in tree.body:
-                        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                            defs[n.name] = n
-                        elif isinstance(n, (ast.Assign, ast.AnnAssign)):
-                            for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-                                if isinstance(t, ast.Name):
-                                    consts[t.id] = n
-                        elif isinstance(n, ast.ImportFrom) and n.module:
-                            imports.update(a.asname or a.name for a in n.names)
-                    mod = _Module(defs, consts, imports, el.text)
-            self._mods[path] = mod
-        return self._mods[path]
-
-    def _segment(self, mod: _Module, node: ast.AST) -> str:
-        """A node's source text, computed once (``ast.get_source_segment`` splits the whole file per call)."""
-        key = id(node)
-        if key not in self._segments:
-            self._segments[key] = ast.get_source_segment(mod.text, node) or ""
-        return self._segments[key]
-
-    def window(self, ent: Entity, region: Region) -> list[tuple[str, str, str]]:
-        """[(element id, label, full text)]; empty when the entity is not a top-level symbol of a
-        parsable module, or is itself longer than the window (the official window is then empty
-        and the entity unread; here it is read from its own elements, cut to fit)."""
-        first = self.source.element(ent.element_ids[0]) if ent.element_ids else None
-        if first is None or first.kind != "symbol" or "." in first.title:
-            return []
-        path, name = first.path, first.title
-        mod = self.module(path)
-        if mod is None or name not in mod.defs:
-            return []
-        pieces: list[tuple[str, str, str]] = []
-        size = 0
-
-        def eid(p: str, n: str | None) -> str:
-            cand = f"{p}#{n}" if n else p
-            return cand if self.source.element(cand) is not None else p
-
-        def add(p: str, n: str | None, text: str) -> bool:
-            nonlocal size
-            if not text or size + len(text) > self.window_chars:
-                return False
-            pieces.append((eid(p, n), f"{p}:{n or '(module)'}", text))
-            size += len(text)
-            return True
-
-        queue, done = [name], set()
-        while queue:
-            cur = queue.pop(0)
-            if cur in done:
-                continue
-            done.add(cur)
-            node = mod.defs.get(cur)
-            if node is None:
-                continue
-            if not add(path, cur, self._segment(mod, node)):
-                break
-            for used in _used_names(node):
-                if used in mod.defs:
-                    queue.append(used)
-                elif used in mod.consts and used not in done:
-                    done.add(used)
-                    add(path, None, self._segment(mod, mod.consts[used]))
-        wanted = sorted({u for n in done if n in mod.defs for u in _used_names(mod.defs[n]) if u in mod.imports})
-        if wanted:
-            files = sorted({i.split("#", 1)[0] for i in region.element_ids} - {path})
-            for other in files:
-                if not other.endswith(".py"):
-                    continue
-                m2 = self.module(other)
-                if m2 is None:
-                    continue
-                for w in wanted:
-                    if w in m2.defs and isinstance(m2.defs[w], ast.ClassDef):
-                        add(other, w, self._segment(m2, m2.defs[w]))
-        return pieces
-
-
-def render_window(pieces: list[tuple[str, str, str]], max_chars: int) -> tuple[str, list[str]]:
+def render_window(pieces: list[Piece], max_chars: int) -> tuple[str, list[str]]:
     """A closure window as material: each piece whole, in window order, while it fits ``max_chars``
     (the entity itself is cut to fit when it alone does not)."""
     parts, shown, size = [], [], 0
@@ -455,18 +345,18 @@ def claims_from_reading(reading: EntityReading, shown: list[str]) -> tuple[list[
 
 
 async def read_entity(ent: Entity, region: Region, brief: str, source: Source, ctx: Context,
-                      cfg: SourceLearnConfig, *, code: CodeIndex | None = None, block_tokens: int = 0,
+                      cfg: SourceLearnConfig, *, code: bool = False, block_tokens: int = 0,
                       block_entities: int = 0) -> EntityResult:
     """One reading call, then one batched grounding check over everything it claimed.
 
-    A code entity is read through its closure window (``CodeIndex``), a document family as
+    A code entity (``code``) is read through its closure window (``entity_window``), a document family as
     900-character section excerpts; the prompt carries the entry budget, the block's soft token
     target when it has one, and the reading brief when the source has one."""
     system = (READ_SYSTEM + budget_note(cfg.read_budget, block_tokens, block_entities)
               + (f"\n\nReading brief for this source (follow it when deciding what to keep and what to skip):\n{brief}"
                  if brief else ""))
     reserve = READ_MAX_TOKENS + (len(system) + 200) // 4
-    pieces = code.window(ent, region) if code is not None else []
+    pieces = entity_window(ent, region, source) if code else []
     elements = [] if pieces else reading_elements(ent, source)
     documents = source.kind != "code"
 
@@ -880,7 +770,7 @@ async def construct(source: Source, ctx: Context, cfg: SourceLearnConfig) -> Sou
         by_region[e.region].append(e)
     regions = {r.id: r for r in sm.regions}
     budgets = block_budgets(source, sm.regions, cfg)
-    code = CodeIndex(source) if source.kind == "code" else None
+    code = source.kind == "code"
 
     maps = await asyncio.gather(*[_bounded(sem, map_region(r, by_region[r.id], source, ctx)) for r in sm.regions])
     for r, (_, desc) in zip(sm.regions, maps):

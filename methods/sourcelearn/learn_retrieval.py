@@ -21,9 +21,7 @@ A hit's shown text is returned with it, so the reading prompt shows exactly what
 
 from __future__ import annotations
 
-import ast
 import re
-import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,12 +30,13 @@ from sourcebench.harness.data import Element, Source, Task
 from sourcebench.harness.retrieval import DEFAULT_CANDIDATES, HybridIndex, per_file_cap_for
 from sourcebench.methods.evidence import gold_document_elements
 
+from .code_window import WINDOW_CHARS, closure_window
+
 if TYPE_CHECKING:
     from .config import SourceLearnConfig
 
 PER_FILE_CAP = 3  # the official retriever's default cap, which self-study uses for every source (retrieval.py)
 EXCERPT_CHARS = 1200  # a hit that is not expanded shows its retrieval excerpt (official element excerpt)
-WINDOW_CHARS = 16_000  # one symbol's window (official entity-centred window cap)
 _PATH = re.compile(r"[\w./-]+\.(?:py|md|rst|txt)(?::\d+(?:-\d+)?)?")  # file paths a reference may name
 
 
@@ -110,123 +109,14 @@ def tiered_search(index: HybridIndex, source: Source, query: str, k: int, cfg: S
 
 
 # -- code windows ------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Def:
-    text: str
-    names: tuple[str, ...]  # names the definition uses, in first-use order
-    is_class: bool
-
-
-@dataclass(frozen=True)
-class _Module:
-    defs: dict[str, _Def]  # top-level functions and classes
-    consts: dict[str, str]  # top-level assignments: name -> source lines
-    imports: frozenset[str]  # names bound by ``from x import name``
-
-
-_MODULES: dict[tuple[str, str], _Module | None] = {}  # (path, fingerprint) -> parsed module
-_MODULES_KEPT = 4096
-
-
-def _names(node: ast.AST) -> tuple[str, ...]:
-    return tuple(dict.fromkeys(n.id for n in ast.walk(node) if isinstance(n, ast.Name)))
-
-
-def _module(el: Element) -> _Module | None:
-    """The top-level definitions of a Python file element (None when it does not parse)."""
-    key = (el.id, el.fingerprint)
-    if key in _MODULES:
-        return _MODULES[key]
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(el.text)
-    except (SyntaxError, ValueError, RecursionError):
-        tree = None
-    mod = None
-    if tree is not None:
-        lines = el.text.splitlines()
-
-        def seg(node: ast.AST) -> str:
-            start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])  # type: ignore[attr-defined]
-            return "\n".join(lines[start - 1: node.end_lineno])  # type: ignore[attr-defined]
-
-        defs: dict[str, _Def] = {}
-        consts: dict[str, str] = {}
-        imports: set[str] = set()
-        for n in tree.body:
-            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                defs[n.name] = _Def(seg(n), _names(n), isinstance(n, ast.ClassDef))
-            elif isinstance(n, (ast.Assign, ast.AnnAssign)):
-                for t in (n.targets if isinstance(n, ast.Assign) else [n.target]):
-                    if isinstance(t, ast.Name):
-                        consts[t.id] = seg(n)
-            elif isinstance(n, ast.ImportFrom) and n.module:
-                imports.update(a.asname or a.name for a in n.names)
-        mod = _Module(defs, consts, frozenset(imports))
-    if len(_MODULES) >= _MODULES_KEPT:
-        _MODULES.pop(next(iter(_MODULES)))
-    _MODULES[key] = mod
-    return mod
-
-
-def _python_files(source: Source) -> list[Element]:
-    return [e for e in source.elements if e.kind == "file" and e.path.endswith(".py")]
-
-
 def code_window(source: Source, symbol: Element, max_chars: int = WINDOW_CHARS) -> list[Shown]:
-    """A top-level symbol with the same-module code it reaches and the classes it imports from other
-    modules of its top-level folder, in that order, while the total stays within ``max_chars``.
-    Pieces are named by their element id (a constant by its file's id); [] when it cannot be built."""
+    """A top-level symbol's closure window (``code_window.closure_window``) over the Python files of its
+    top-level folder (the official inspection's region), as shown pieces; [] when it cannot be built."""
     path = file_of(symbol)
-    file_el = source.element(path)
-    mod = _module(file_el) if file_el is not None else None
-    if mod is None or symbol.title not in mod.defs:
-        return []
-    pieces: list[Shown] = []
-    size = 0
-
-    def eid(f: str, name: str | None) -> str:
-        return f"{f}#{name}" if name and source.element(f"{f}#{name}") is not None else f
-
-    def add(element_id: str, text: str) -> bool:
-        nonlocal size
-        if not text or size + len(text) > max_chars:
-            return False
-        pieces.append(Shown(element_id, text))
-        size += len(text)
-        return True
-
-    queue, done = [symbol.title], set()
-    while queue:
-        cur = queue.pop(0)
-        if cur in done:
-            continue
-        done.add(cur)
-        d = mod.defs.get(cur)
-        if d is None:
-            continue
-        if not add(eid(path, cur), d.text):
-            break
-        for used in d.names:
-            if used in mod.defs:
-                queue.append(used)
-            elif used in mod.consts and used not in done:
-                done.add(used)
-                add(path, mod.consts[used])
-    wanted = sorted({u for n in done if n in mod.defs for u in mod.defs[n].names if u in mod.imports})
-    if wanted and pieces:
-        top = path.split("/", 1)[0] + "/" if "/" in path else ""
-        for f2 in _python_files(source):
-            if f2.path == path or (top and not f2.path.startswith(top)):
-                continue
-            other = _module(f2)
-            if other is None:
-                continue
-            for w in wanted:
-                if w in other.defs and other.defs[w].is_class:
-                    add(eid(f2.path, w), other.defs[w].text)
-    return pieces
+    top = path.split("/", 1)[0] + "/" if "/" in path else ""
+    scope = (e.path for e in source.elements if e.kind == "file" and e.path.endswith(".py")
+             and (not top or e.path.startswith(top)))  # read only when the symbol imports a name
+    return [Shown(eid, text) for eid, _, text in closure_window(source, symbol, scope, max_chars)]
 
 
 def expand_code_windows(source: Source, hits: Iterable[Element], cfg: SourceLearnConfig) -> list[Shown]:

@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 from sourcebench.harness.data import Answer, Source, Task, estimate_tokens
 from sourcebench.harness.errors import DataError
 from sourcebench.harness.io import atomic_write_json
-from sourcebench.harness.method import Command, Context, Entry, LearnContext, Method
+from sourcebench.harness.method import REPORT_NOTES, Command, Context, Entry, LearnContext, Method
 from sourcebench.harness.token_budget import measure_chars_per_token
 
 from ..evidence import NO_GOLD, failure, gold_document_elements, load_index, retrieve, shared_index_deviations
@@ -70,8 +70,10 @@ __all__ = [
 # grounding of every statement against all of the rewrite's evidence, preservation 25 a call with no cap
 # construct 7: the official reading (budget of 6 in total, 900-character excerpts in 60k batches, code closure
 # windows, soft block budgets, the brief with reading questions for documents only) and mechanical abstraction
+# self-study 13: learning-time code windows cut as construction's (the official get_source_segment: no decorators,
+# no comment after a constant's value), one function for both
 CONSTRUCT_VERSION = "7"
-SELFSTUDY_VERSION = "12"
+SELFSTUDY_VERSION = "13"
 MODEL_FILE = "model.json"
 STATS_FILE = "stats.json"
 
@@ -84,9 +86,13 @@ DEVIATIONS = [
      "of whole files) becomes one entity per reading, each with its own card (official: the readings of one family "
      "fill one entity's cells); the reading's material is truncated deterministically (equal shares per element, "
      "then the tail) only to fit a declared context window."),
-    ("A code entity is read through its closure window (official build_window, 16,000 characters); a symbol "
-     "larger than the window, for which the official window is empty and the entity goes unread, is read from its "
-     "own text cut to fit. Modules without public symbols are read whole (official: not entities)."),
+    ("A code entity is read through its closure window (official build_window, 16,000 characters, the same "
+     "function learning-time retrieval expands a symbol hit with). Its one hop into the classes the entity imports "
+     "searches the files of the entity's region, a folder or, for a folder of more than 30 entities, a block of it "
+     "(official: the whole top-level folder). A symbol larger than the window has no piece of its own in it (as "
+     "officially); where the window is then empty the official entity goes unread, here it is read from its own "
+     "text cut to fit. Modules without public symbols are read whole, in consecutive parts of about 16,000 "
+     "characters (official: not entities)."),
     ("Reading replies carry list bounds in their schema for constrained decoders: each of mechanisms, "
      "distinctions and decisive_details at most the whole reading budget (6; the prompt sets the budget for the "
      "three together, as officially, and nothing is cut in code), attributes at most 40 (official: unbounded)."),
@@ -156,11 +162,24 @@ DEVIATIONS = [
      "opens a quoted label only after a non-word character, so the apostrophes of \"Bob's father's\" are none."),
     ("Diagnosis: a needed claim may cite several of the retrieved excerpts (official: one excerpt per needed "
      "claim); at most needed_max (4) claims per task, as officially."),
-    ("Self-study inspection reads each entity in one observation call, cut to the context window (a document "
-     "family is read in parts of at most 16k characters, a code entity is one symbol); the official code reads "
-     "an entity's files in chunks of 48,000 characters (STUDY_READ_CHARS), three observations each."),
+    ("Self-study inspection reads each entity's full text in one observation call (up to 3 observations), cut to "
+     "the material the context window leaves (with no declared window the 32,000 tokens assumed: about 100,000 "
+     "characters at 4 a token): a document entity is a family's whole files whose 900-character section excerpts "
+     "fit one reading (60,000 characters), a code entity a public symbol with its methods or a part of about "
+     "16,000 characters of a module without one; the official code reads an entity's files in chunks of 48,000 "
+     "characters (STUDY_READ_CHARS), three observations each."),
     "Free-text fields of structured replies carry a length bound in their schema (statements 300 characters, rewritten ones 400 and refined ones 600 as in the official code, names, conditions and questions 120) that a constrained decoder enforces, so a small model cannot loop inside one string until max_tokens; the paper sets none, and a longer reply from an API model still validates (the official code cuts a rewritten statement at 400).",
 ]
+
+
+def mt_report_notes(sm: SourceModel) -> list[str]:
+    """What the leaderboard says beside a task-learning cell: with an empty Pi1 no MT was built and the model
+    task learning reached is scored in its place (the official pipeline evaluates no model for that seed)."""
+    mt = [h for h in sm.history if h.stage == "MT"]
+    if not mt or mt[-1].stats.get("mt_built", True):
+        return []
+    return ["empty Pi1: no MT built (the official pipeline evaluates nothing for this seed); scored: the model "
+            "task learning reached, not recalibrated"]
 
 
 def stage_usage(ctx: Context, before: list[dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
@@ -200,7 +219,7 @@ def model_summary(sm: SourceModel, source: Source) -> dict[str, Any]:
 class SourceLearnBase(Method):
     """Construct M0 -> (self-study MS) -> (task-guided MT); which stages run is set per variant."""
 
-    version = "7"  # 2: bounded reply lists in every stage (see CONSTRUCT_VERSION); 3: exact-token window fit;
+    version = "8"  # 2: bounded reply lists in every stage (see CONSTRUCT_VERSION); 3: exact-token window fit;
     # 4: a planning retry shows the refused proposals (SELFSTUDY_VERSION 7); 5: learning prompts budget
     # source material in the source's measured characters per token (harness.token_budget); 6:
     # official evidence windows and rewrite capacity, lessons filtered on the task's own identifiers and
@@ -209,7 +228,8 @@ class SourceLearnBase(Method):
     # official mechanisms: per-entity rewrites grounded over all evidence, failure-guided refinement with the
     # question, the nearest units and the official gates, a sequential task-guided chain, the official study
     # loop and lessons with claim statuses, the official reading and mechanical abstraction, the official
-    # answering context and activation budget
+    # answering context and activation budget; 8: learning-time code windows cut as construction's (one function,
+    # SELFSTUDY_VERSION 13; diagnosis retrieves through it too)
     Config = SourceLearnConfig
     deviations = [*DEVIATIONS, *shared_index_deviations()]  # its raw evidence is the shared index's top k
     start: ClassVar[str] = "M0"  # the model the variant ends with (M0, MS) or task learning starts from
@@ -300,6 +320,7 @@ class SourceLearnBase(Method):
             stats["mt_built"] = mt[-1].stats["mt_built"]
             if not stats["mt_built"]:
                 stats["mt_not_built"] = mt[-1].stats.get("mt_not_built", "")
+                stats[REPORT_NOTES] = mt_report_notes(sm)  # the leaderboard prints it per seed
                 ctx.progress("task learning: empty Pi1, no MT built; the model task learning reached is evaluated")
         atomic_write_json(ctx.workdir / STATS_FILE, stats)
         return stats

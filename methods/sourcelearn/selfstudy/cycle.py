@@ -5,7 +5,8 @@ anchored in its text, up to ``REGIONAL_UNITS`` further regional units of its reg
 ``NEAREST`` units nearest its name); PlanStudy and Study alternate in rounds (plan a few actions,
 study them, plan again with the new observations) until K actions were taken or
 ``empty_rounds_stop`` consecutive rounds produced no new action (a productive round resets the
-count); Consolidate rewrites each affected region once. Under a policy (recalibration) an entity is
+count); Consolidate rewrites each entity with notes on its own, then runs one cross-entity pass per
+region and one relation pass per CONNECT pair (``consolidate.py``). Under a policy (recalibration) an entity is
 read against its own units only, and an entity without units is not read (coverage is
 self-study's job, not recalibration's). Observations and study questions live only in memory during a cycle; the
 model records counts of them, never their text.

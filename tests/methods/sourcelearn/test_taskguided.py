@@ -465,17 +465,19 @@ def test_a_task_without_needed_claims_yields_no_lesson(tmp_path):
 
 def test_an_empty_pi1_builds_no_mt_and_the_artifact_says_so(tmp_path):
     """No preference reaches the support threshold: no recalibration, and the artifact reports mt_built False."""
-    from sourcebench.methods.sourcelearn.method import MODEL_FILE, SourceLearn
+    from sourcebench.methods.sourcelearn.method import MODEL_FILE, SourceLearn, mt_report_notes
 
     script(prefs=[{"text": WEAK_PREF, "lessons": [1], "keeps_item": 0}])
     mt, ctx = learn(tmp_path)
     rec = mt.history[-1].stats
     assert mt.policy == [] and "mt_recalibrate" not in stage_calls(ctx)
     assert rec["mt_built"] is False and "empty Pi1" in rec["mt_not_built"]
+    # what learn() records under REPORT_NOTES for the leaderboard's per-seed notes
+    assert [n[:22] for n in mt_report_notes(mt)] == ["empty Pi1: no MT built"]
     mt.save(tmp_path / MODEL_FILE)
     assert SourceLearn.artifact_stats(tmp_path)["mt_built"] is False
     script()
     full, _ = learn(tmp_path / "full")
     full.save(tmp_path / "full" / MODEL_FILE)
-    assert full.history[-1].stats["mt_built"] is True
+    assert full.history[-1].stats["mt_built"] is True and mt_report_notes(full) == []
     assert SourceLearn.artifact_stats(tmp_path / "full")["mt_built"] is True
