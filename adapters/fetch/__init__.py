@@ -23,8 +23,10 @@ from sourcebench.harness.errors import ConfigError, DataError
 
 Log = Callable[[str], None]
 
-# benchmark -> its fetcher, the module implementing ``fetch`` and ``OPTIONS`` in the benchmark's folder
-FETCHERS = {b: f"sourcebench.adapters.{b}.fetch" for b in ("apibench", "swe_qa", "multidoc2dial", "narrativeqa", "phantomwiki")}
+# benchmark -> its fetcher: the ``fetch.py`` of its folder (``fetch`` and ``OPTIONS``), found there so
+# that a benchmark's folder is the one place that says it has one
+FETCHERS = {p.parent.name: f"sourcebench.adapters.{p.parent.name}.fetch"
+            for p in sorted(Path(__file__).resolve().parent.parent.glob("*/fetch.py"))}
 # the command that gets each built-in benchmark's data (AppWorld has its own installer)
 COMMANDS = {**{b: f"sourcebench data fetch {b}" for b in FETCHERS}, "appworld": "sourcebench appworld-setup"}
 DEFAULT_DEST = Path("data")
