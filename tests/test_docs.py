@@ -21,7 +21,8 @@ from sourcebench.harness import docgen
 from sourcebench.harness.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "configs" / "README.md"]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), ROOT / "configs" / "README.md",
+         *sorted((ROOT / "adapters").glob("*/README.md"))]  # each benchmark's README
 FENCE = re.compile(r"^(```|~~~)")
 LINK = re.compile(r"!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
 REF_DEF = re.compile(r"^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+\"[^\"]*\")?\s*$")

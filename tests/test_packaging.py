@@ -48,6 +48,12 @@ def installed(tmp_path_factory) -> Path:
     assert not [n for n in names if n.split("/")[0] in ("harness", "methods", "adapters", "judges", "reports")]
     assert "sourcebench/__init__.py" in names and "sourcebench/methods/raptor/__init__.py" in names
     assert not [n for n in names if n.startswith(("sourcebench/tests/", "tests/"))]
+    # each benchmark's folder ships its data files and README (package-data)
+    universe = "sourcebench/adapters/phantomwiki/data/"
+    shipped = {universe + "PROVENANCE.md", universe + "seed1_people25_depth20/articles.json",
+               universe + "seed1_people25_depth20/questions.json", "sourcebench/adapters/swe_qa/sdists.json",
+               *(f"sourcebench/adapters/{p.parent.name}/README.md" for p in (ROOT / "adapters").glob("*/README.md"))}
+    assert shipped - set(names) == set()
     return site
 
 

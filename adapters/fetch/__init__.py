@@ -1,11 +1,13 @@
 """``sourcebench data fetch``: get a benchmark's real data onto this machine, resumably and checked.
 
-One module per benchmark (``fetch(dest, settings, log) -> FetchReport``), built on three helpers:
-``download`` (a resumable HTTP download checked against a size and sha256), ``git`` (a clone at a
-pinned commit) and ``venv`` (a separate virtual environment for a generator). Every benchmark's
-folder gets a ``fetch-manifest.json`` recording what each step produced, so a re-run skips the
-steps whose files still verify and redoes the rest. ``Benchmark.fetch`` is the hook that calls
-these; ``COMMANDS`` says, for ``sourcebench data``, which command gets each benchmark's data.
+The shared part: each benchmark's fetcher is the ``fetch`` module of its own folder
+(``adapters/<benchmark>/fetch.py``: ``fetch(dest, settings, log) -> FetchReport`` and ``OPTIONS``), built
+on the helpers here: ``download`` (a resumable HTTP download checked against a size and sha256),
+``manifest`` (``fetch-manifest.json`` in every benchmark's folder, recording what each step produced, so
+a re-run skips the steps whose files still verify and redoes the rest) and ``venv`` (a separate virtual
+environment for a generator or an installer). ``FetchedData`` is what a built-in benchmark mixes in so
+that ``Benchmark.fetch`` calls its fetcher; ``COMMANDS`` says, for ``sourcebench data``, which command
+gets each benchmark's data.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from sourcebench.harness.errors import ConfigError, DataError
 
 Log = Callable[[str], None]
 
-# benchmark -> module under adapters.fetch implementing ``fetch`` and ``OPTIONS``
-FETCHERS = {b: f"sourcebench.adapters.fetch.{b}" for b in ("apibench", "swe_qa", "multidoc2dial", "narrativeqa", "phantomwiki")}
+# benchmark -> its fetcher: the ``fetch.py`` of its folder (``fetch`` and ``OPTIONS``), found there so
+# that a benchmark's folder is the one place that says it has one
+FETCHERS = {p.parent.name: f"sourcebench.adapters.{p.parent.name}.fetch"
+            for p in sorted(Path(__file__).resolve().parent.parent.glob("*/fetch.py"))}
 # the command that gets each built-in benchmark's data (AppWorld has its own installer)
 COMMANDS = {**{b: f"sourcebench data fetch {b}" for b in FETCHERS}, "appworld": "sourcebench appworld-setup"}
 DEFAULT_DEST = Path("data")

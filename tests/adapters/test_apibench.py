@@ -2,7 +2,7 @@ import asyncio
 
 import pytest
 
-from sourcebench.adapters.apibench import APIBench
+from sourcebench.adapters.apibench.benchmark import APIBench
 from sourcebench.harness.data import Answer
 from sourcebench.harness.errors import DataError
 from tests.conftest import need_data

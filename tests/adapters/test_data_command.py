@@ -62,7 +62,7 @@ def test_this_machine(capsys):
 
 def test_bare_clone_has_phantomwiki_bundled(capsys, monkeypatch, tmp_path):
     """No data folder anywhere (a bare clone): PhantomWiki is present, from the universe the package ships."""
-    import sourcebench.adapters.phantomwiki as pw
+    import sourcebench.adapters.phantomwiki.benchmark as pw
 
     monkeypatch.setattr(pw, "default_data_dirs", lambda: [tmp_path / "data", tmp_path / "shared" / "data"])
     row = report(capsys)["phantomwiki"]

@@ -17,13 +17,17 @@ from pathlib import Path
 import pytest
 
 from sourcebench.adapters import availability
-from sourcebench.adapters.apibench import APIBench
-from sourcebench.adapters.fetch import FETCHERS, apibench, multidoc2dial, phantomwiki, run_fetch, swe_qa
+from sourcebench.adapters.apibench import fetch as apibench
+from sourcebench.adapters.apibench.benchmark import APIBench
+from sourcebench.adapters.fetch import FETCHERS, run_fetch
 from sourcebench.adapters.fetch.download import RemoteFile, fetch_file, sha256_of
 from sourcebench.adapters.fetch.manifest import MANIFEST, Manifest
-from sourcebench.adapters.multidoc2dial import MultiDoc2Dial
-from sourcebench.adapters.narrativeqa import HF_REVISION, PAPER_STORIES, NarrativeQA
-from sourcebench.adapters.phantomwiki import PhantomWiki
+from sourcebench.adapters.multidoc2dial import fetch as multidoc2dial
+from sourcebench.adapters.multidoc2dial.benchmark import MultiDoc2Dial
+from sourcebench.adapters.narrativeqa.benchmark import HF_REVISION, PAPER_STORIES, NarrativeQA
+from sourcebench.adapters.phantomwiki import fetch as phantomwiki
+from sourcebench.adapters.phantomwiki.benchmark import PhantomWiki
+from sourcebench.adapters.swe_qa import fetch as swe_qa
 from sourcebench.harness.cli import main
 from sourcebench.harness.errors import ConfigError, DataError
 
@@ -473,7 +477,7 @@ def test_a_zip_member_that_unpacks_far_beyond_the_archive_is_refused(server, tmp
 
 
 def test_a_member_whose_header_understates_its_size_is_cut_off(tmp_path):
-    from sourcebench.adapters.fetch.multidoc2dial import _copy_capped
+    from sourcebench.adapters.multidoc2dial.fetch import _copy_capped
 
     out = io.BytesIO()
     with pytest.raises(DataError, match="member m unpacks to more than"):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sourcebench.adapters import availability
-from sourcebench.adapters.multidoc2dial import MultiDoc2Dial, document_sections
+from sourcebench.adapters.multidoc2dial.benchmark import MultiDoc2Dial, document_sections
 from sourcebench.harness.data import Answer, Task
 from sourcebench.harness.errors import ConfigError, DataError
 
@@ -60,7 +60,7 @@ def test_tasks_are_answered_user_turns_with_history_and_gold_labels():
 def test_history_is_most_recent_first_on_one_line_each():
     """doc2dial_pub.py builds the question as the utterance, then the earlier turns in reverse order, each
     with newlines and tabs replaced by spaces."""
-    from sourcebench.adapters.multidoc2dial import render_question
+    from sourcebench.adapters.multidoc2dial.benchmark import render_question
 
     history = [{"role": "user", "utterance": "first\nquestion"}, {"role": "agent", "utterance": "first\treply"},
                {"role": "user", "utterance": "second question"}, {"role": "agent", "utterance": "second reply"}]
@@ -172,7 +172,7 @@ def test_hub_parquet_conversion_gives_the_same_benchmark(tmp_path, monkeypatch):
     """The Hub path with the network replaced by local files in the parquet branch's layout."""
     root = _parquet_layout(tmp_path)
     monkeypatch.setattr(availability, "hub_reachable", lambda timeout=3.0: "")
-    monkeypatch.setattr("sourcebench.adapters.multidoc2dial.parquet_url",
+    monkeypatch.setattr("sourcebench.adapters.multidoc2dial.benchmark.parquet_url",
                         lambda repo, rev, path: str(root / path))
     hub = MultiDoc2Dial(data_dir=tmp_path / "empty")
     local = bench()

@@ -6,7 +6,12 @@ from pathlib import Path
 import pytest
 
 from sourcebench.adapters import availability
-from sourcebench.adapters.narrativeqa import PAPER_STORIES, NarrativeQA, drop_near_duplicates, story_text
+from sourcebench.adapters.narrativeqa.benchmark import (
+    PAPER_STORIES,
+    NarrativeQA,
+    drop_near_duplicates,
+    story_text,
+)
 from sourcebench.harness.data import Task
 from sourcebench.harness.errors import DataError
 
@@ -162,7 +167,7 @@ def test_a_snapshot_that_cannot_be_saved_is_logged_and_the_run_goes_on(tmp_path,
     blocked = tmp_path / "file"
     blocked.write_text("a file where the data folder would go")
     b = NarrativeQA(data_dir=blocked)
-    with caplog.at_level("WARNING", logger="sourcebench.adapters.narrativeqa"):
+    with caplog.at_level("WARNING", logger="sourcebench.adapters.narrativeqa.benchmark"):
         assert b.source_ids() == ["breakfast_club", "call_of_the_wild"]
     assert "could not save the streamed rows" in caplog.text
 

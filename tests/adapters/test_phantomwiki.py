@@ -2,10 +2,10 @@ import json
 
 import pytest
 
-import sourcebench.adapters.phantomwiki as pw
-from sourcebench.adapters.phantomwiki import PhantomWiki
-from sourcebench.adapters.phantomwiki_data.trim import KEPT, trim_questions
-from sourcebench.adapters.phantomwiki_data.trim import main as trim_main
+import sourcebench.adapters.phantomwiki.benchmark as pw
+from sourcebench.adapters.phantomwiki.benchmark import PhantomWiki
+from sourcebench.adapters.phantomwiki.trim import KEPT, trim_questions
+from sourcebench.adapters.phantomwiki.trim import main as trim_main
 from sourcebench.harness.errors import ConfigError, DataError
 from tests.conftest import need_data
 
@@ -175,7 +175,7 @@ def test_trimming_the_real_instance_keeps_every_task_identical(tmp_path):
 
 
 def test_trimming_refuses_a_change_of_gold_path(monkeypatch):
-    from sourcebench.adapters.phantomwiki_data import trim
+    from sourcebench.adapters.phantomwiki import trim
 
     monkeypatch.setattr(trim, "trim_question", lambda q, people: {**q, "solution_traces": []})
     q = {"id": "q1", "prolog": {"query": ['friend("Ann Lee", Y_2)']}, "solution_traces": [{"Y_2": "Bo Kim"}]}

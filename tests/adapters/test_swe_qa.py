@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from sourcebench.adapters import swe_qa_tree
-from sourcebench.adapters.fetch import run_fetch, swe_qa
+from sourcebench.adapters.fetch import run_fetch
 from sourcebench.adapters.fetch.manifest import Manifest
-from sourcebench.adapters.swe_qa import SWEQA
+from sourcebench.adapters.swe_qa import fetch as swe_qa
+from sourcebench.adapters.swe_qa import tree as swe_qa_tree
+from sourcebench.adapters.swe_qa.benchmark import SWEQA
 from sourcebench.harness.errors import DataError
 from tests.adapters.test_data_fetch import Server, git, make_repo, quiet
 from tests.conftest import need_data

@@ -456,7 +456,7 @@ def _property_nodes(node: Any, name: str) -> list[dict[str, Any]]:
 
 def static_schemas() -> dict[str, type]:
     """Every schema sent without ``choices``, at the largest size its parameters take."""
-    from sourcebench.adapters.phantomwiki import AnswerSet
+    from sourcebench.adapters.phantomwiki.benchmark import AnswerSet
     from sourcebench.harness.runner import _ProbeReply
     from sourcebench.judges.llm_judge import Verdict
     from sourcebench.methods.awm import WorkflowSet

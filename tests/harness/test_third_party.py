@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from sourcebench.adapters.phantomwiki import BUNDLED
+from sourcebench.adapters.phantomwiki.benchmark import BUNDLED
 from sourcebench.harness.cli import main
 from sourcebench.harness.registry import get_method_class, method_names
 from sourcebench.reports.protocols import PROTOCOLS

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from sourcebench.adapters.phantomwiki import BUNDLED
+from sourcebench.adapters.phantomwiki.benchmark import BUNDLED
 from sourcebench.harness.cli import main
 from sourcebench.harness.registry import get_method_class, method_list
 

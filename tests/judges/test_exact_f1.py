@@ -11,7 +11,7 @@ import asyncio
 
 import pytest
 
-from sourcebench.adapters.phantomwiki import AnswerSet, PhantomWiki
+from sourcebench.adapters.phantomwiki.benchmark import AnswerSet, PhantomWiki
 from sourcebench.harness.data import Answer, Task
 from sourcebench.judges.exact_f1 import answer_set, exact_f1
 

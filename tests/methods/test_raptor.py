@@ -229,7 +229,7 @@ def test_flask_sdist_gives_each_line_to_raptor_once():
     from tests.conftest import need_data
 
     need_data("swe_qa")  # the adapter reads the pinned commits from the data folder
-    from sourcebench.adapters.swe_qa import SWEQA
+    from sourcebench.adapters.swe_qa.benchmark import SWEQA
     from sourcebench.methods.raptor import leaf_chunks
 
     src = SWEQA(options={"flask": str(FLASK)}).load_source("flask")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sourcebench.adapters.phantomwiki import BUNDLED
+from sourcebench.adapters.phantomwiki.benchmark import BUNDLED
 from sourcebench.harness.cli import main
 
 

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from sourcebench.adapters.phantomwiki import gold_path
+from sourcebench.adapters.phantomwiki.benchmark import gold_path
 from sourcebench.harness.benchmark import Benchmark
 from sourcebench.harness.cli import main
 from sourcebench.harness.data import Answer, Element, Score, Source, Split, Task
@@ -289,7 +289,7 @@ def test_gold_path_walks_the_prolog_chain_from_start_to_end():
 
 
 def test_phantomwiki_tasks_carry_their_gold_path(shared_data):
-    from sourcebench.adapters.phantomwiki import PhantomWiki
+    from sourcebench.adapters.phantomwiki.benchmark import PhantomWiki
 
     b = PhantomWiki(data_dir=shared_data)
     tasks = b.load_tasks(b.source_ids()[0])
@@ -311,7 +311,7 @@ def test_key_groups_by_the_named_keys():
 
 
 def test_phantomwiki_keys_are_what_the_question_names():
-    from sourcebench.adapters.phantomwiki import named_keys
+    from sourcebench.adapters.phantomwiki.benchmark import named_keys
 
     people = {"Ann Lee", "Bo Kim", "Cy Ray", "Ann Leeds"}
     assert named_keys("Who is the daughter-in-law of Ann Lee?", people) == ["person: Ann Lee",
@@ -329,7 +329,7 @@ def test_phantomwiki_keys_are_what_the_question_names():
 def test_key_groups_never_come_from_the_answer():
     """The guidance task names Bo Kim; the test task's answer (and the end of its gold path) is Bo Kim, but its
     question names Ann Lee and 'mother': no key covered. The old gold-path keys put it in 'one'."""
-    from sourcebench.adapters.phantomwiki import PhantomWiki, gold_path
+    from sourcebench.adapters.phantomwiki.benchmark import PhantomWiki, gold_path
 
     people = {"Ann Lee", "Bo Kim"}
 
@@ -351,7 +351,7 @@ def test_key_groups_never_come_from_the_answer():
 def test_phantomwiki_named_keys_on_the_shipped_universe(shared_data):
     """On the shipped 500 questions every question names exactly one anchor (a person or an attribute
     value) and never its answer set; nearly every test task lands in one group, which the report says."""
-    from sourcebench.adapters.phantomwiki import PhantomWiki
+    from sourcebench.adapters.phantomwiki.benchmark import PhantomWiki
 
     b = PhantomWiki(data_dir=shared_data)
     sid = b.source_ids()[0]

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from sourcebench.adapters.phantomwiki import BUNDLED
+from sourcebench.adapters.phantomwiki.benchmark import BUNDLED
 from sourcebench.harness.cli import main
 from sourcebench.harness.runner import RunConfig
 from sourcebench.reports.protocols.session import run_config

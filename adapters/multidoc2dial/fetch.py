@@ -13,12 +13,11 @@ import re
 import zipfile
 from pathlib import Path
 
+from sourcebench.adapters.fetch import FetchReport, Log, inside
+from sourcebench.adapters.fetch.download import RemoteFile, fetch_file, matches, sha256_of
+from sourcebench.adapters.fetch.manifest import Manifest
 from sourcebench.harness.errors import DataError
 from sourcebench.harness.io import atomic_file
-
-from . import FetchReport, Log, inside
-from .download import RemoteFile, fetch_file, matches, sha256_of
-from .manifest import Manifest
 
 SITE_COMMIT = "6b7565989ad14858ee2c7498b605dc6d32ffe9e0"  # doc2dial/multidoc2dial, 2022-05-01 ("added test split")
 ZIP = RemoteFile(

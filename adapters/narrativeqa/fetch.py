@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sourcebench.adapters.narrativeqa import NarrativeQA, save_snapshot
+from sourcebench.adapters.fetch import FetchReport, Log, inside, safe_component
+from sourcebench.adapters.fetch.download import matches
+from sourcebench.adapters.fetch.manifest import Manifest
 from sourcebench.harness.errors import DataError
 
-from . import FetchReport, Log, inside, safe_component
-from .download import matches
-from .manifest import Manifest
+from .benchmark import NarrativeQA, save_snapshot
 
 OPTIONS = {
     "stories": "paper (default, the paper's 12) or comma-separated document ids",

@@ -3,7 +3,7 @@
 Questions come from the official files (``<repo>.jsonl``, 48 each, fields ``question``/``answer``).
 The source is the repository tree at the pinned commit: the one ``sourcebench data fetch swe_qa``
 unpacks from the commit's archive into ``<data>/swe_qa/repos/<repo>``, a clone, or (``--opt flask=DIR``)
-any tree, e.g. an sdist of a nearby release. Which tree was loaded is identified (``swe_qa_tree``) and
+any tree, e.g. an sdist of a nearby release. Which tree was loaded is identified (``tree.py``) and
 recorded in the source's ``provenance`` (run.json); for a tree that is not the pinned one its ``note``
 (which a run prints) gives the share of questions citing files it lacks, and reports mark its numbers. Task ids are a hash
 of the question text.
@@ -15,7 +15,6 @@ import hashlib
 from pathlib import Path
 from typing import ClassVar
 
-from sourcebench.adapters import swe_qa_tree
 from sourcebench.adapters.fetch import FetchedData
 from sourcebench.adapters.fetch.manifest import Manifest
 from sourcebench.harness.benchmark import Benchmark
@@ -24,6 +23,8 @@ from sourcebench.harness.elements import source_from_tree
 from sourcebench.harness.errors import DataError
 from sourcebench.harness.io import iter_jsonl, read_text, require_fields
 from sourcebench.judges.llm_judge import JUDGE_NAME, llm_judge
+
+from . import tree as swe_qa_tree
 
 REPOS = ("streamlink", "sphinx", "xarray", "pytest", "flask", "conan")
 # Folders left out of a tree. Unlike the default, no "build" or "dist": conan's code has conan/tools/build/

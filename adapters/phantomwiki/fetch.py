@@ -17,12 +17,18 @@ import json
 import shutil
 from pathlib import Path
 
+from sourcebench.adapters.fetch import FetchReport, Log, inside, safe_component
+from sourcebench.adapters.fetch.download import matches, sha256_of
+from sourcebench.adapters.fetch.manifest import Manifest
+from sourcebench.adapters.fetch.venv import (
+    ensure_venv,
+    find_python,
+    installed_version,
+    python_version,
+    run_logged,
+    venv_python,
+)
 from sourcebench.harness.errors import ConfigError, DataError
-
-from . import FetchReport, Log, inside, safe_component
-from .download import matches, sha256_of
-from .manifest import Manifest
-from .venv import ensure_venv, find_python, installed_version, python_version, run_logged, venv_python
 
 PACKAGE, VERSION = "phantom-wiki", "1.0.3"
 MIN_PYTHON = (3, 12)

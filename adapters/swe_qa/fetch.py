@@ -17,12 +17,12 @@ import shutil
 import tarfile
 from pathlib import Path
 
-from sourcebench.adapters.swe_qa_tree import git_head, tree_sha256
+from sourcebench.adapters.fetch import FetchReport, Log
+from sourcebench.adapters.fetch.download import RemoteFile, fetch_file, fetch_files
+from sourcebench.adapters.fetch.manifest import Manifest
 from sourcebench.harness.errors import ConfigError, DataError
 
-from . import FetchReport, Log
-from .download import RemoteFile, fetch_file, fetch_files
-from .manifest import Manifest
+from .tree import git_head, tree_sha256
 
 REPO = "peng-weihan/SWE-QA-Bench"
 COMMIT = "d7bf283d65f4bbdc86ead92fc130eee4986355f0"  # 2026-04-07

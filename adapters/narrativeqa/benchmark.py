@@ -32,7 +32,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, ClassVar
 
+from sourcebench.adapters.availability import Availability, candidate_dirs, hub_status, iter_rows
 from sourcebench.adapters.fetch import FetchedData
+from sourcebench.adapters.fetch.download import sha256_of
+from sourcebench.adapters.fetch.manifest import Manifest
 from sourcebench.harness.benchmark import Benchmark
 from sourcebench.harness.data import Answer, Score, Source, Task
 from sourcebench.harness.elements import split_story
@@ -40,10 +43,6 @@ from sourcebench.harness.errors import ConfigError, DataError
 from sourcebench.harness.io import atomic_file, iter_jsonl
 from sourcebench.harness.retrieval import EXCERPT_CHARS
 from sourcebench.judges.llm_judge import JUDGE_NAME, llm_judge
-
-from .availability import Availability, candidate_dirs, hub_status, iter_rows
-from .fetch.download import sha256_of
-from .fetch.manifest import Manifest
 
 log = logging.getLogger(__name__)
 

@@ -30,14 +30,13 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from sourcebench.adapters.availability import Availability, candidate_dirs, hub_status, iter_rows, parquet_url
 from sourcebench.adapters.fetch import FetchedData
 from sourcebench.harness.benchmark import Benchmark
 from sourcebench.harness.data import Answer, Element, Score, Source, Task, stable_hash
 from sourcebench.harness.errors import ConfigError, DataError
 from sourcebench.harness.io import read_json
 from sourcebench.judges.llm_judge import JUDGE_NAME, llm_judge
-
-from .availability import Availability, candidate_dirs, hub_status, iter_rows, parquet_url
 
 DOMAINS = ("dmv", "ssa", "studentaid", "va")
 DOMAIN_NAMES = {"dmv": "New York DMV", "ssa": "Social Security Administration",

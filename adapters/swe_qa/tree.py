@@ -7,8 +7,9 @@ pinned tree", named by its origin (an sdist's ``PKG-INFO`` name and version, els
 content hash, so a report can mark every number computed on it.
 
 The share of each release sdist's questions whose reference answers cite a file the sdist lacks was
-measured offline with ``python -m sourcebench.adapters.swe_qa_tree SDIST.tar.gz ...`` (the sdists
-from ``pip download --no-deps --no-binary :all: NAME==VERSION``) and ships as ``swe_qa_sdists.json``.
+measured offline with ``python -m sourcebench.adapters.swe_qa.tree QUESTIONS_DIR SDIST.tar.gz ...``
+(the sdists from ``pip download --no-deps --no-binary :all: NAME==VERSION``) and ships as
+``sdists.json`` beside this module.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import tarfile
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-SDIST_COVERAGE = Path(__file__).with_name("swe_qa_sdists.json")
+SDIST_COVERAGE = Path(__file__).with_name("sdists.json")
 
 # A file path as reference answers cite it (``src/flask/app.py``, ``28:31:conan/tools/apple/apple.py``,
 # ``blueprints.py``, ``doc/usage.rst``): a name with one of these extensions, optionally after folders.
@@ -191,7 +192,7 @@ def coverage(answers: list[str], files: list[str]) -> dict[str, Any]:
 
 
 def load_coverage() -> dict[str, Any]:
-    """The shipped measurements (``swe_qa_sdists.json``): repository -> sdist record."""
+    """The shipped measurements (``sdists.json``): repository -> sdist record."""
     return json.loads(SDIST_COVERAGE.read_text(encoding="utf-8"))["sdists"]
 
 
@@ -211,10 +212,10 @@ def coverage_line(source_id: str, info: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    """``python -m sourcebench.adapters.swe_qa_tree QUESTIONS_DIR SDIST.tar.gz ...``: print the JSON of
+    """``python -m sourcebench.adapters.swe_qa.tree QUESTIONS_DIR SDIST.tar.gz ...``: print the JSON of
     the measurements (the repository is the sdist's name, lower case)."""
     if len(argv) < 2:
-        print("usage: python -m sourcebench.adapters.swe_qa_tree QUESTIONS_DIR SDIST.tar.gz ...", file=sys.stderr)
+        print("usage: python -m sourcebench.adapters.swe_qa.tree QUESTIONS_DIR SDIST.tar.gz ...", file=sys.stderr)
         return 2
     questions = Path(argv[0])
     out = {}

@@ -1,7 +1,7 @@
 """APIBench: the Gorilla repository's API databases, evaluation sets and 0-shot question files.
 
 Downloaded from the repository at a pinned commit into one flat folder (the layout
-``adapters.apibench`` reads); sizes and sha256 are those of the files at that commit, so every
+``benchmark.py`` reads); sizes and sha256 are those of the files at that commit, so every
 download is checked.
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import FetchReport, Log
-from .download import RemoteFile, fetch_files
-from .manifest import Manifest
+from sourcebench.adapters.fetch import FetchReport, Log
+from sourcebench.adapters.fetch.download import RemoteFile, fetch_files
+from sourcebench.adapters.fetch.manifest import Manifest
 
 REPO = "ShishirPatil/gorilla"
 COMMIT = "6ea57973c7a6097fd7c5915698c54c17c5b1b6c8"  # 2026-03-23

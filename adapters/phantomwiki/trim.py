@@ -2,11 +2,11 @@
 
 The generator's ``questions.json`` is mostly ``solution_traces`` (every joint solution of each Prolog
 query), of which ``gold_path`` reads only the set of people each variable takes. Trimming keeps the
-fields ``adapters/phantomwiki.py`` reads and replaces the traces by one ``{variable: person}`` entry per
+fields ``benchmark.py`` reads and replaces the traces by one ``{variable: person}`` entry per
 distinct pair, which gives ``gold_path`` the same sets; it refuses to write a file on which any
 question's ``gold_path`` differs. ``articles.json`` is copied unchanged.
 
-Usage: ``python -m adapters.phantomwiki_data.trim GENERATED_DIR OUT_DIR``
+Usage: ``python -m sourcebench.adapters.phantomwiki.trim GENERATED_DIR OUT_DIR``
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sourcebench.adapters.phantomwiki import gold_path
+from .benchmark import gold_path
 
 KEPT = ("id", "question", "answer", "type", "difficulty", "is_aggregation_question", "prolog")
 

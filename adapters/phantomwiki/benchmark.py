@@ -6,7 +6,7 @@ is one source; articles are split at their markdown sections. Tasks are grouped 
 (``type``) so a template never sits on both sides of a split. Scoring: answer-set EM and F1.
 
 When no data folder holds an instance (and no ``--data-dir`` is given), the small universe bundled in
-``phantomwiki_data/`` is used, with a one-line notice, so the quickstart runs from a bare clone offline
+``data/`` is used, with a one-line notice, so the quickstart runs from a bare clone offline
 (the generator needs Python >= 3.12 and SWI-Prolog); its PROVENANCE.md says how it was made.
 """
 
@@ -28,7 +28,7 @@ from sourcebench.harness.io import read_json, require_fields
 from sourcebench.harness.schema_limits import bounded_list, bounded_text
 from sourcebench.judges.exact_f1 import exact_f1
 
-BUNDLED = Path(__file__).resolve().parent / "phantomwiki_data"  # official generator output, trimmed
+BUNDLED = Path(__file__).resolve().parent / "data"  # official generator output, trimmed
 _bundled_notice_given = False  # the notice is printed once per process
 
 _PROLOG_TOKEN = re.compile(r'"((?:[^"\\]|\\.)*)"|\b([A-Z][A-Za-z0-9_]*)\b')  # "constant" or Variable
