@@ -200,7 +200,7 @@ def run(a: argparse.Namespace) -> int:
     if unpriced:
         report["notes"].append(f"--protocols {', '.join(unpriced)}: their model calls are not estimated")
     if a.compare:
-        report["compare"] = _compare(a.compare, all_est, {m for f, _ in priced for m in f.method_of})
+        report["compare"] = _compare(a.compare, all_est)
     report["wall_time"] = _wall(a, priced)
     if a.json:
         print(json.dumps(report, indent=1, default=str))
@@ -209,7 +209,7 @@ def run(a: argparse.Namespace) -> int:
     return 0
 
 
-def _compare(run_dir: Path, est: list[Estimate], methods: set[str]) -> dict[str, Any]:
+def _compare(run_dir: Path, est: list[Estimate]) -> dict[str, Any]:
     """Measured calls and tokens of a finished run, per method and phase, against the estimate: live
     calls only (a resumed run's cache hits cost nothing and are not work of this estimate), of the
     estimated methods only (the run's other methods are listed, not added)."""
@@ -240,8 +240,7 @@ def _compare(run_dir: Path, est: list[Estimate], methods: set[str]) -> dict[str,
         rows.append({"method": key[0], "phase": key[1], **{f"{k}_estimated": x.get(k, 0.0) for k in KINDS},
                      **{f"{k}_measured": m.get(k, 0.0) for k in KINDS}})
     tot = {k: (sum(r[f"{k}_estimated"] for r in rows), sum(r[f"{k}_measured"] for r in rows)) for k in KINDS}
-    return {"run": str(run_dir), "rows": rows, "totals": tot,
-            "not_compared": {m: n for m, n in sorted(others.items()) if m not in methods or m not in estimated}}
+    return {"run": str(run_dir), "rows": rows, "totals": tot, "not_compared": dict(sorted(others.items()))}
 
 
 def _pace(a: argparse.Namespace, f: Folder) -> walltime.Pace:
