@@ -153,7 +153,8 @@ DEVIATIONS = [
     ("An empty Pi1 (no preference reaches the support threshold): the official pipeline builds no M_T for that "
      "seed and evaluates nothing; SourceBench evaluates the model task learning reached (M_local, or MS without "
      "failure-guided refinement), not recalibrated, and marks it: mt_built false with the reason in the MT stage "
-     "record, in the artifact's stats.json and in artifact_stats, so a table can tell such a seed from a real MT."),
+     "record, in the artifact's stats.json and in artifact_stats, and the leaderboard notes it for that seed "
+     "(the learn stats' report_notes), so a table can tell such a seed from a real MT."),
     "Construction grounding uses the backend model itself (as the official code does).",
     ("Lessons: the domain vocabulary exempt from the restatement check is counted over the split's guidance "
      "questions (official: every question of the source, test questions included; the learner here sees no test "
