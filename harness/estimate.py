@@ -49,6 +49,7 @@ class CellUnits:
     kind: str = ""  # the source's kind (documents, code, api): rates are measured per kind where they can be
     test_ids: tuple[str, ...] = ()  # the cell's test tasks, for the power of the planned comparisons
     judged: bool = True  # the benchmark scores with a judge model: judge calls only then
+    epochs: int = 1  # answers per test task (--epochs): the test phase's calls scale with it
 
 
 @dataclass
@@ -202,7 +203,7 @@ def estimate_cells(cells: list[CellUnits], rates: dict[str, dict[str, Rate]],
                 if (c.method, c.source) in learned:
                     continue
                 learned.add((c.method, c.source))
-            n = _units(c, r.unit)
+            n = _units(c, r.unit) * (c.epochs if r.unit == "test" else 1)
             scale = c.element_tokens / r.element_tokens if r.element_tokens and c.element_tokens and (
                 phase == "answer") else 1.0
             p = r.per_unit

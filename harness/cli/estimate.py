@@ -87,8 +87,8 @@ class Folder:
 
 
 def _cells(benchmark: str, methods: list[tuple[str, str]], sources: list[str] | None, seeds: list[int],
-           limit: int | None, guidance_limit: int | None, data_dir: Path | None, options: dict[str, str]
-           ) -> tuple[list[CellUnits], list[str]]:
+           limit: int | None, guidance_limit: int | None, data_dir: Path | None, options: dict[str, str],
+           epochs: int = 1) -> tuple[list[CellUnits], list[str]]:
     """The cells ``run`` would make, with their units; (alias, registered method) pairs."""
     from ..errors import BenchmarkUnavailable
     from ..registry import get_benchmark_class, get_method_class
@@ -113,7 +113,7 @@ def _cells(benchmark: str, methods: list[tuple[str, str]], sources: list[str] | 
             for alias, name in methods:
                 cells.append(CellUnits(alias, sid, split.seed, len(source.elements), size, len(guidance), len(tests),
                                        bool(get_method_class(name).uses_guidance), source.kind,
-                                       tuple(str(t.id) for t in tests), judged))
+                                       tuple(str(t.id) for t in tests), judged, epochs))
     return cells, notes
 
 
@@ -153,7 +153,7 @@ def _from_arguments(a: argparse.Namespace) -> list[Folder]:
     f = Folder(a.benchmark, model=a.model, reasoning_effort=a.reasoning_effort, method_of=dict(pairs))
     f.cells, f.missing = _cells(a.benchmark, pairs, a.sources, a.seeds, a.limit,
                                 resolve_guidance_limit(a.limit, a.guidance_limit), a.data_dir,
-                                key_values(a.opt, "--opt"))
+                                key_values(a.opt, "--opt"), getattr(a, "epochs", 1))
     if not f.cells:
         f.failed = "; ".join(f.missing) or "no source could be loaded"
     return [f]

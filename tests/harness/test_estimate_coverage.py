@@ -170,3 +170,17 @@ def test_a_run_with_a_shared_cache_has_no_measured_wall_time(tmp_path):
 def test_a_config_and_a_command_line_at_once_are_refused(capsys):
     assert main(["estimate", "--config", "configs/smoke.yaml", *PW, "--methods", "hybrid_rag"]) == 2
     assert "not both" in capsys.readouterr().err
+
+
+def test_the_test_phase_scales_with_epochs_and_learning_does_not():
+    rates = {"m": {"code:answer/test": Rate("test", {"calls": 1.0, "input_tokens": 900.0, "output_tokens": 20.0,
+                                                      "reasoning_tokens": 0.0}, 0.0, 6),
+                   "code:learn/element": Rate("element", {"calls": 2.0, "input_tokens": 100.0,
+                                                          "output_tokens": 10.0, "reasoning_tokens": 0.0}, 50.0, 6)}}
+
+    def calls(epochs: int) -> dict[str, float]:
+        cell = CellUnits("m", "s", 0, 10, 50.0, 2, 4, False, "code", (), True, epochs)
+        return {e.phase: e.calls for e in estimate_cells([cell], rates)[0]}
+
+    assert calls(1) == {"answer": 4.0, "learn": 20.0}
+    assert calls(3) == {"answer": 12.0, "learn": 20.0}  # three answers per test task, one artifact
