@@ -163,3 +163,21 @@ def test_a_folder_holds_one_number_of_epochs(tmp_path):
     Runner(_cfg(out, 1)).run()
     with pytest.raises(DataError, match=r"holds rows answered with 1 epoch\(s\).*asks for 3: use another --out"):
         Runner(_cfg(out, 3)).run()
+
+
+def test_a_failed_epoch_fails_the_task_and_names_the_epoch():
+    from sourcebench.harness.inspect_tasks import merge_epochs
+
+    def row(epoch, score, failed=False):
+        return {"task_id": "q", "epoch": epoch, "score": 0.0 if failed else score, "correct": score == 1.0,
+                "failed": failed, "failure_reason": "model call failed: 500" if failed else "", "answer": str(epoch),
+                "usage": {"answer": {"calls": 1, "input_tokens": 10, "output_tokens": 2, "reasoning_tokens": 0,
+                                     "failed_calls": int(failed)}}}
+
+    ok = merge_epochs({1: row(1, 1.0), 2: row(2, 0.0), 3: row(3, 1.0)}, 3)
+    assert (ok["score"], ok["correct"], ok["failed"], ok["answer"]) == (pytest.approx(2 / 3), True, False, "1")
+    assert ok["usage"]["answer"]["calls"] == 3 and "epoch" not in ok
+    bad = merge_epochs({1: row(1, 1.0), 2: row(2, 1.0, failed=True), 3: row(3, 1.0)}, 3)
+    assert (bad["score"], bad["correct"], bad["failed"]) == (0.0, False, True)  # not the mean of the other two
+    assert bad["failure_reason"] == "epoch 2 of 3: model call failed: 500"
+    assert [e["failed"] for e in bad["epochs"]] == [False, True, False]

@@ -351,3 +351,34 @@ def test_splitting_a_seed_leaves_p_unchanged_whatever_the_answers():
     for s in range(3):
         got = paired_test(_split_seed(ra, s, 9), _split_seed(rb, s, 9), n_resamples=999)
         assert got["p_value"] == ref["p_value"] and got["mean_diff"] == pytest.approx(ref["mean_diff"])
+
+
+def test_paired_value_difference_clusters_by_group_and_counts_each_task_once():
+    """A per-task cost compared as Δ is: the source-stratified mean of per-task differences, its interval
+    resampling whole groups, so copying every task as a perfectly correlated group-mate changes neither
+    the estimate nor the interval; a task tested under two seeds counts once (its seeds averaged)."""
+    from sourcebench.reports.stats import paired_value_difference
+
+    costs = [120, 80, 300, 50, 260, 90, 400, 10, 150, 220]
+
+    def rows(side: str, copies: int, seeds=(0,)) -> list[dict]:
+        out = []
+        for i, c in enumerate(costs):
+            for k in range(copies):
+                for sd in seeds:
+                    v = 1000 if side == "ref" else 1000 - c
+                    out.append({"source": "s", "seed": sd, "task_id": f"t{i}-{k}", "group": f"g{i}", "cost": v})
+        return out
+
+    value = lambda r: r["cost"]
+    one = paired_value_difference(rows("ref", 1), rows("m", 1), value, seed=3)
+    three = paired_value_difference(rows("ref", 3), rows("m", 3), value, seed=3)
+    assert one["mean_diff"] == pytest.approx(sum(costs) / len(costs)) == pytest.approx(three["mean_diff"])
+    assert (one["mean_a"], one["mean_b"]) == (pytest.approx(1000.0), pytest.approx(1000 - 168.0))
+    assert one["n_groups"] == three["n_groups"] == 10 and three["n_pairs"] == 30
+    assert (one["ci_lo"], one["ci_hi"]) == (pytest.approx(three["ci_lo"]), pytest.approx(three["ci_hi"]))
+    assert one["ci_lo"] < 168 < one["ci_hi"]
+    two_seeds = paired_value_difference(rows("ref", 1, (0, 1)), rows("m", 1, (0, 1)), value, seed=3)
+    assert two_seeds["n_pairs"] == 10 and two_seeds["mean_diff"] == pytest.approx(168.0)
+    few = paired_value_difference(rows("ref", 1)[:4], rows("m", 1)[:4], value)
+    assert few["ci_lo"] is None and "fewer than 5" in few["reason"] and few["mean_diff"] == pytest.approx(137.5)
