@@ -73,7 +73,7 @@ class Backend(_Strict):
     reasoning_effort: Effort | None = None  # the solver's; None: the provider's default
     judge_reasoning_effort: Effort | None = None
     # reasoning allowance added to each reply bound on a reasoning backend (None: the effort's
-    # default; -1: no output cap), for the solver and the judge (harness/llm.py)
+    # default; -1: no output cap), for the solver and the judge (harness/llm/)
     reasoning_tokens: int | None = Field(None, ge=-1)
     judge_reasoning_tokens: int | None = Field(None, ge=-1)
     max_samples: int | None = Field(None, gt=0)
