@@ -263,9 +263,12 @@ class SourceLearnBase(Method):
                               "code_expand_hits": c.code_expand_hits, "code_window_chars": c.code_window_chars}}
 
     async def _shared(self, kind: str, inputs: dict[str, Any], ctx: Context,
-                      make: Callable[[], Awaitable[SourceModel]]) -> tuple[SourceModel, bool, dict[str, Any]]:
-        """Load the shared model for these inputs, building it once; returns (model, reused, build stats)."""
-        reused = ctx.store.exists(kind, inputs)
+                      make: Callable[[], Awaitable[SourceModel]]) -> tuple[SourceModel, dict[str, Any]]:
+        """Load the shared model for these inputs, building it once; returns (model, build stats).
+
+        Whether this cell built it or found it built is not recorded: that is a fact of the schedule
+        (which cell came first), and an artifact must not depend on it (the same artifact at any
+        concurrency). The build's ``key`` names the shared model; its costs travel in the stats."""
 
         async def build(folder: Path) -> dict[str, Any]:
             before = ctx.llm.llm.ledger.snapshot()
@@ -276,20 +279,20 @@ class SourceLearnBase(Method):
 
         folder = await ctx.store.get_or_build(kind, inputs, build)
         man = ctx.store.verify(folder)
-        return SourceModel.load(folder / MODEL_FILE), reused, {"key": folder.name, **man.get("stats", {})}
+        return SourceModel.load(folder / MODEL_FILE), {"key": folder.name, **man.get("stats", {})}
 
-    async def m0(self, source: Source, ctx: Context) -> tuple[SourceModel, bool, dict[str, Any]]:
+    async def m0(self, source: Source, ctx: Context) -> tuple[SourceModel, dict[str, Any]]:
         return await self._shared("sourcelearn/m0", self.m0_inputs(source, ctx), ctx,
                                   lambda: construct(source, ctx, self.config))
 
-    async def ms(self, source: Source, ctx: Context) -> tuple[SourceModel, bool, dict[str, Any]]:
+    async def ms(self, source: Source, ctx: Context) -> tuple[SourceModel, dict[str, Any]]:
         from .selfstudy import self_learn  # lazy: the stage module is optional for M0-only runs
 
-        m0, m0_reused, m0_info = await self.m0(source, ctx)
-        ms, reused, info = await self._shared("sourcelearn/ms", self.ms_inputs(source, ctx), ctx,
-                                              lambda: self_learn(m0, source, ctx, self.config))
-        info["m0"] = {"reused": m0_reused, **m0_info}
-        return ms, reused, info
+        m0, m0_info = await self.m0(source, ctx)
+        ms, info = await self._shared("sourcelearn/ms", self.ms_inputs(source, ctx), ctx,
+                                      lambda: self_learn(m0, source, ctx, self.config))
+        info["m0"] = m0_info
+        return ms, info
 
     # -- Method API -----------------------------------------------------------------------------
     async def learn(self, source: Source, guidance: list[Task], ctx: LearnContext) -> dict[str, Any]:
@@ -297,12 +300,12 @@ class SourceLearnBase(Method):
         ctx.llm.chars_per_token = await measure_chars_per_token(((e.id, e.text) for e in source.elements),
                                                                 ctx.llm.count_tokens)
         if self.start == "M0":
-            sm, reused, info = await self.m0(source, ctx)
-            shared["m0"] = {"reused": reused, **info}
+            sm, info = await self.m0(source, ctx)
+            shared["m0"] = info
         else:
-            sm, reused, info = await self.ms(source, ctx)
+            sm, info = await self.ms(source, ctx)
             shared["m0"] = info.pop("m0")
-            shared["ms"] = {"reused": reused, **info}
+            shared["ms"] = info
         usage: dict[str, Any] = {}
         for part in shared.values():
             usage.update(part.get("usage_by_stage", {}))

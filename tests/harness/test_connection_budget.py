@@ -197,24 +197,11 @@ def _artifacts(out: Path) -> dict[str, bytes]:
         if p.name == "artifact.json":
             man = json.loads(p.read_text())
             man.pop("created"), man["stats"].pop("embedding", None)
-            man.pop("content_sha256", None)  # a hash of the files, compared themselves (stats.json without reuse)
             man["stats"]["usage"] = _paid_once(man["stats"].get("usage", []))
-            files[rel] = json.dumps(_without_reuse(_timeless(man)), sort_keys=True).encode()
-        elif p.name == "stats.json":
-            files[rel] = json.dumps(_without_reuse(json.loads(p.read_text())), sort_keys=True).encode()
+            files[rel] = json.dumps(_timeless(man), sort_keys=True).encode()
         else:
             files[rel] = p.read_bytes()
     return files
-
-
-def _without_reuse(obj):
-    """SourceLearn's record of whether a cell found the shared M0/MS already built (``reused``) says
-    which cell came first, a fact of the schedule, not of what was learned: set aside."""
-    if isinstance(obj, dict):
-        return {k: _without_reuse(v) for k, v in obj.items() if k != "reused"}
-    if isinstance(obj, list):
-        return [_without_reuse(v) for v in obj]
-    return obj
 
 
 @pytest.mark.parametrize("methods", [

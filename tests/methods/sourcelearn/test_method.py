@@ -81,7 +81,7 @@ def test_m0_variant_saves_model_and_stats_and_answers_with_evidence_and_notes(tm
     assert isinstance(sm, SourceModel) and sm.stage == "M0" and len(sm.units) == stats["model"]["n_units"]
     assert stats["model"]["units_by_role"]["card"] == 6 and stats["model"]["history"] == [
         {"stage": "M0", "n_units": len(sm.units)}]
-    assert not stats["shared"]["m0"]["reused"]
+    assert "reused" not in stats["shared"]["m0"]  # which cell built it is the schedule's, not the artifact's
     assert stats["usage_by_stage"]["construct_read"]["calls"] == 6
     n = len(scripted.CALLS)
     actx = answer_ctx(ctx)
@@ -116,15 +116,15 @@ def test_second_variant_reuses_m0_without_construct_calls(tmp_path):
     second, s2 = learn(M.SourceLearnMS(), tmp_path, "ms")  # fresh LLM and ledger, same store
     assert construct_stages(second) == {}
     assert not any("profile of ONE entity" in c["messages"][0]["content"] for c in scripted.CALLS[n_before:])
-    assert s2["shared"]["m0"]["reused"] and s2["shared"]["m0"]["key"] == s1["shared"]["m0"]["key"]
-    assert not s2["shared"]["ms"]["reused"]
+    assert s2["shared"]["m0"]["key"] == s1["shared"]["m0"]["key"]  # the same shared model, not built again
+    assert s2["shared"]["m0"] == s1["shared"]["m0"]  # the finder's stats are the builder's, byte for byte
     # the shared build's costs travel with the variant's stats
     assert s2["usage_by_stage"]["construct_read"]["calls"] == 6
     ms = SourceModel.load(second.workdir / "model.json")
     assert ms.stage == "MS" and [h.stage for h in ms.history][:1] == ["M0"]
     # and a third variant asking for MS rebuilds nothing
     third, s3 = learn(M.SourceLearnMS(), tmp_path, "ms2")
-    assert stage_calls(third) == {} and s3["shared"]["ms"]["reused"]
+    assert stage_calls(third) == {} and s3["shared"]["ms"] == s2["shared"]["ms"]
 
 
 def test_changed_m0_settings_build_a_new_shared_model(tmp_path):
@@ -162,11 +162,11 @@ def test_task_variants_share_ms_and_never_save_the_reference(tmp_path):
     a, sa = learn(M.SourceLearn(), tmp_path, "mt", GUIDANCE)
     b, sb = learn(M.SourceLearnLocal(), tmp_path, "local", GUIDANCE)
     assert not any(k.startswith(("construct", "ms_")) for k in stage_calls(b))
-    assert sb["shared"]["ms"]["reused"] and sb["shared"]["ms"]["key"] == sa["shared"]["ms"]["key"]
+    assert sb["shared"]["ms"]["key"] == sa["shared"]["ms"]["key"]
     assert SourceModel.load(a.workdir / "model.json").stage == "MT"
     assert SourceModel.load(b.workdir / "model.json").stage == "M_local"
     c, sc = learn(M.SourceLearnWithoutSelf(), tmp_path, "woself", GUIDANCE)
-    assert sc["shared"]["m0"]["reused"] and "ms" not in sc["shared"] and construct_stages(c) == {}
+    assert "ms" not in sc["shared"] and construct_stages(c) == {}
     for f in list(tmp_path.rglob("*.json")):
         assert "REFSECRET" not in f.read_text(), f
 
@@ -244,5 +244,5 @@ def test_learning_is_the_same_whatever_the_task_time_k(tmp_path, variant):
     learn(variant({"top_k": 8}), tmp_path / "one", "a", guidance)
     n = len(scripted.CALLS)
     second, stats = learn(variant({"top_k": 0}), tmp_path / "one", "b", guidance)
-    assert stats["shared"]["ms"]["reused"] and not any(k.startswith(("construct", "ms_")) for k in stage_calls(second))
+    assert not any(k.startswith(("construct", "ms_")) for k in stage_calls(second))
     assert all(not c["messages"][0]["content"].startswith("You direct the self-study") for c in scripted.CALLS[n:])
