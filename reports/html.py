@@ -3,7 +3,8 @@
 the inspect-ai log of every cell.
 
 Self-contained means one file that needs nothing else to display (no script, no external style or
-image); the log links are relative paths into the run folders, for ``inspect view``.
+image); the log links open each cell's log in inspect-ai's log viewer (``inspect view``) serving the
+output root.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from pathlib import Path
 
 import yaml
 
+from .board import VIEWER_URL, provenance_tables
 from .config import ExperimentConfig
 from .grid import ReportTable, stats_table
-from .layout import html_table, safe
-from .leaderboard import _provenance
+from .layout import Link, Table, html_table, safe
 from .render import to_html
 from .results import Results
-from .rundata import PHASES, usage_cost
+from .rundata import PHASES, cell_logs, usage_cost
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:90rem;color:#1a1a1a;
@@ -56,22 +57,6 @@ def _img(name: str, png: bytes) -> str:
             f"<figcaption>{html.escape(name)}</figcaption></figure>")
 
 
-def _simple(title: str, header: list[str], rows: list[list[str]], cls: dict[int, str] | None = None) -> str:
-    esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = []
-    for r in rows:
-        tds = []
-        for i, c in enumerate(r):
-            k = (cls or {}).get(i)
-            klass = ""
-            if k == "status":
-                klass = ' class="ok"' if c == "ran" else ' class="bad"' if c == "failed" else ' class="nr"'
-            tds.append(f"<td{klass}>{c}</td>" if k == "raw" else f"<td{klass}>{esc(c)}</td>")
-        body.append("<tr>" + "".join(tds) + "</tr>")
-    return f"<table><caption>{esc(title)}</caption><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
 def _status_section(res: Results) -> str:
     cells = (res.status.get("cells") or {})
     rows = [[k.split("/")[0], k.split("/")[1], "/".join(k.split("/")[2:]), v.get("status", ""),
@@ -79,11 +64,11 @@ def _status_section(res: Results) -> str:
     derived = (res.status.get("derived") or {})
     drows = [[k.split("/")[0], k.split("/")[1], "/".join(k.split("/")[2:]), v.get("status", ""),
               safe(v.get("reason", ""))] for k, v in derived.items()]
-    out = _simple("Cells (backend x benchmark x method variant)",
-                  ["backend", "benchmark", "method (variant)", "status", "result rows", "reason"], rows, {3: "status"})
+    out = html_table(Table("Cells (backend x benchmark x method variant)",
+                           ["backend", "benchmark", "method (variant)", "status", "result rows", "reason"], rows))
     if drows:
-        out += _simple("Derived data and audits", ["backend", "benchmark", "step", "status", "reason"], drows,
-                       {3: "status"})
+        out += html_table(Table("Derived data and audits", ["backend", "benchmark", "step", "status", "reason"],
+                                drows))
     return out
 
 
@@ -105,43 +90,36 @@ def _cost_section(res: Results) -> str:
                 cells.append(str(sum(c.get("failed", 0) for c in cost.values())))
                 rows.append(cells)
     header = ["backend", "benchmark", "method"] + [f"{p} {w}" for p in PHASES for w in ("calls", "tokens")]
-    return _simple("Model calls and tokens per cell and phase (logical = live + cached; shared sub-artifacts such "
-                   "as SourceLearn's M0/MS are counted under the variant that built them first; 'harness' is the "
-                   "endpoint probe, 'audit' the judge calls of the audits)", header + ["failed calls"], rows)
+    return html_table(Table(
+        "Model calls and tokens per cell and phase (logical = live + cached, each call once: a resumed build's "
+        "replay of a call it made live is not counted again; shared sub-artifacts such as SourceLearn's M0/MS "
+        "are counted under the variant that built them first; 'harness' is the endpoint probe, 'audit' the "
+        "judge calls of the audits)", header + ["failed calls"], rows))
 
 
-def _log_links(res: Results, report_dir: Path) -> str:
-    from inspect_ai.log import read_eval_log
-
+def log_links(res: Results) -> str:
+    """Each cell's inspect-ai log, linked as a page of inspect-ai's log viewer serving the output root."""
     rows = []
     for b in res.cfg.backends:
         for bn in res.cfg.benchmarks:
-            logs = res.folder(b.id, bn.id) / "logs"
+            folder = res.folder(b.id, bn.id)
             data = res.data(b.id, bn.id)
             # the method version each cell's current rows come from: a log of an older version belongs to
             # rows the runner set aside (results.stale.jsonl), so it is marked rather than listed as current
             current = {r["method"]: str(r.get("method_version", "")) for r in (data.results if data else [])}
-            for p in sorted(logs.glob("*.eval")) if logs.is_dir() else []:
-                try:
-                    h = read_eval_log(str(p), header_only=True)
-                    meta = h.eval.metadata or {}
-                    method = (meta.get("method") or {}).get("name", "?")
-                    version = str((meta.get("method") or {}).get("version", ""))
-                    src, seed = str(meta.get("source", "?")), str(meta.get("seed", "?"))
-                    status = str(h.status)
-                    if version and current.get(method, version) != version:
-                        status += f"; superseded (version {version}, rows now of version {current[method]})"
-                    n = str(h.results.total_samples if h.results else 0)
-                except Exception as e:  # noqa: BLE001 - an unreadable log is listed, not fatal
-                    method, src, seed, status, n = "?", "?", "?", f"unreadable ({type(e).__name__})", "0"
-                rel = os.path.relpath(p, report_dir)
-                link = f'<a href="{html.escape(rel)}">{html.escape(p.name)}</a>'
-                rows.append([b.name, bn.name, safe(method), src, seed, status, n, link])
-    note = ("Open a log with <code>inspect view --log-dir &lt;run folder&gt;/logs</code>; the links are relative to "
-            "this report.")
-    return f"<p>{note}</p>" + _simple("inspect-ai logs of the test phase",
-                                      ["backend", "benchmark", "method", "source", "seed", "status", "samples", "log"],
-                                      rows, {7: "raw"})
+            for log in cell_logs(folder):
+                status = log.status
+                if log.version and current.get(log.method, log.version) != log.version:
+                    status += f"; superseded (version {log.version}, rows now of version {current[log.method]})"
+                rel = Path(os.path.relpath(log.path, res.root)).as_posix()
+                rows.append([b.name, bn.name, safe(log.method), log.source, log.seed, status, str(log.samples),
+                             Link(log.path.name, f"{VIEWER_URL}/#/logs/{rel}")])
+    note = ("Each link opens the cell's log in inspect-ai's log viewer; start it first with <code>inspect view "
+            f"--recursive --log-dir {html.escape(safe(Path(res.root).resolve()))}</code> (it serves "
+            f"{VIEWER_URL}).")
+    return f"<p>{note}</p>" + html_table(Table(
+        "inspect-ai logs of the test phase",
+        ["backend", "benchmark", "method", "source", "seed", "status", "samples", "log (in the viewer)"], rows))
 
 
 def _provenance_section(res: Results, cfg_text: str) -> str:
@@ -151,7 +129,7 @@ def _provenance_section(res: Results, cfg_text: str) -> str:
             d = res.data(b.id, bn.id)
             if d is None:
                 continue
-            tables = _provenance(d, res.cfg.statistics.seed, res.cfg.statistics.bootstrap_resamples)
+            tables = provenance_tables(d, res.cfg.statistics.seed, res.cfg.statistics.bootstrap_resamples)
             out.append(f"<h3>{html.escape(b.name)} / {html.escape(bn.name)} "
                        f"(<code>{html.escape(str(res.folder(b.id, bn.id)))}</code>)</h3>")
             out += [html_table(t) for t in tables if t.title in ("Run", "Methods", "Sources")]
@@ -186,7 +164,7 @@ def render_report(cfg: ExperimentConfig, res: Results, built: dict[str, list[Rep
         out.append("</section>")
     out.append(f'<section id="status"><h2>Status of every cell</h2>{_status_section(res)}</section>')
     out.append(f'<section id="cost"><h2>Cost per cell</h2>{_cost_section(res)}</section>')
-    out.append(f'<section id="logs"><h2>Logs</h2>{_log_links(res, report_dir)}</section>')
+    out.append(f'<section id="logs"><h2>Logs</h2>{log_links(res)}</section>')
     out.append(f'<section id="provenance"><h2>Provenance</h2>{_provenance_section(res, cfg_text)}</section>')
     out.append("</body></html>")
     return "\n".join(x for x in out if x) + "\n"

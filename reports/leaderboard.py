@@ -2,12 +2,11 @@
 
 Everything is recomputed from the files of the run folder (docs/results-format.md) with a seed, so a
 report can be regenerated at any time and gives the same numbers. The numbers are computed once
-(``summarize``) into plain dicts, laid out once as neutral tables (``build_tables``), and only then
-written as Markdown, HTML and CSV, so the three files cannot disagree.
-
-Only the run.json fields named in the format doc are read, model settings are reduced to a
-whitelist, and every free text is passed through ``safe``, which masks anything shaped like a
-credential: a report is meant to be shared, and error messages or commands can echo keys.
+(``board.summarize``) into plain dicts, laid out once as neutral tables (``board.build_sections``),
+and only then written as Markdown and HTML (``layout``) and CSV (here), so the three files cannot
+disagree. The pages put the result first: banners saying what the numbers are not (a scripted-model
+run, a run too small to resolve a difference), each benchmark's table and figure, and below them,
+folded, the other tables, the definitions, the deviations and the provenance.
 """
 
 from __future__ import annotations
@@ -15,577 +14,15 @@ from __future__ import annotations
 import csv
 import io
 import math
-from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from sourcebench.harness.health import run_health
 from sourcebench.harness.io import atomic_write_text
 
-from .layout import NA, Figure, Table, pct, render_html, render_markdown, safe, safe_url
-from .provenance_marks import by_source, mark
-from .rundata import (
-    PHASES,
-    RunData,
-    benchmarks,
-    load_run,
-    methods_of,
-    unavailable_sources,
-    usage_cost,
-    with_failures,
-)
-from .stats import (
-    AGGREGATION_RULE,
-    CI_METHOD,
-    DELTA_METHOD,
-    HOLM_FAMILY,
-    MIN_PAIRS,
-    N_PERMUTATIONS,
-    accuracy_ci,
-    format_delta,
-    format_p,
-    holm_by_family,
-    learning_sd,
-    macro_accuracy,
-    min_detectable_effect,
-    paired_test,
-    paired_test_caption,
-    per_seed_accuracy,
-    sort_key,
-    stars,
-)
-
-NOT_RUN = "not run"
-UNAVAILABLE = "unavailable"
-TEST_NAMES = {
-    "mcnemar_exact": "exact McNemar on the paired tasks (each task one binary pair, sources of equal size)",
-    "paired_permutation": "sign-flip test of the per-task mean differences (seeds averaged within a task)",
-}
-
-
-
-_MODEL_SETTINGS = ("base_url", "temperature", "max_tokens", "seed", "context_window", "reasoning_effort",
-                   "reasoning_tokens")
-_EMBEDDER_SETTINGS = ("model", "revision", "dim", "dimensions", "base_url")
-
-
-def _describe(settings: Any, keys: tuple[str, ...]) -> str:
-    """'name (k=v, ...)' from a whitelist of keys; never the whole dict (it could hold a key)."""
-    if settings is None or settings == {}:
-        return "none"
-    if not isinstance(settings, dict):
-        return safe(settings)
-    parts = [
-        f"{k}={safe_url(settings[k]) if k == 'base_url' else safe(settings[k])}"
-        for k in keys
-        if settings.get(k) is not None
-    ]
-    name = safe(settings.get("name") or settings.get("model") or "unnamed")
-    return f"{name} ({', '.join(parts)})" if parts else name
-
-
-def _deviations(run: dict[str, Any]) -> list[tuple[str, str]]:
-    """(method or benchmark, deviation) pairs declared in run.json's methods and benchmark, whatever shape each
-    entry has."""
-    out = []
-    bench = run.get("benchmark")
-    for m in [*(run.get("methods") or []), *([bench] if isinstance(bench, dict) else [])]:
-        if not isinstance(m, dict):
-            continue
-        dev = m.get("deviations")
-        if isinstance(dev, dict):
-            items = [f"{k}: {v}" for k, v in dev.items()]
-        elif isinstance(dev, list):
-            items = dev
-        else:
-            items = [dev] if dev else []
-        out += [(safe(m.get("name")), safe(d)) for d in items if d not in (None, "")]
-    return out
-
-
-def _by_text(devs: list[tuple[str, str]]) -> dict[str, list[str]]:
-    """deviation -> the methods declaring it, in first-seen order (variants of one method share most)."""
-    out: dict[str, list[str]] = {}
-    for m, d in devs:
-        if m not in out.setdefault(d, []):
-            out[d].append(m)
-    return out
-
-
-# ------------------------------------------------------------------------------------ numbers
-
-
-def summarize(data: RunData, baseline: str = "hybrid_rag", seed: int = 0, n_boot: int = 2000) -> list[dict]:
-    """One dict per benchmark with one dict per method holding every number the report shows."""
-    out = []
-    health = run_health(data.run_dir, data.results, data.failures, run=data.run, usage=data.usage)
-    for bench in benchmarks(data):
-        rows_by = defaultdict(list)
-        for r in data.results:
-            if r["benchmark"] == bench:
-                rows_by[r["method"]].append(r)
-        base_rows = rows_by.get(baseline, [])
-        entries = []
-        unavailable = unavailable_sources(data, bench)
-        for method in methods_of(data, bench):
-            rows = rows_by.get(method, [])
-            e: dict[str, Any] = {
-                "method": method,
-                "is_baseline": method == baseline,
-                "status": "ok" if rows else UNAVAILABLE if unavailable else NOT_RUN,
-            }
-            usage = [u for u in data.usage if u.get("benchmark") == bench and u.get("method") == method]
-            fails = [f for f in data.failures if f.get("benchmark") == bench and f.get("method") == method]
-            e["cost"] = with_failures(usage_cost(usage), fails)
-            e["stages"] = with_failures(usage_cost([u for u in usage if u.get("phase") == "learn"], by="stage"),
-                                         [f for f in fails if f.get("phase") == "learn"], by="stage")
-            e["failed_calls"] = sum(c["failed"] for c in e["cost"].values())
-            e["degraded"] = [c.line() for c in health if c.benchmark == bench and c.method == method and c.degraded]
-            if rows:
-                e.update(_method_numbers(rows, base_rows, method == baseline, seed, n_boot))
-            entries.append(e)
-        # one Holm family per benchmark: the methods compared with the baseline on it (HOLM_FAMILY)
-        adjusted, sizes = holm_by_family([e.get("p_value") for e in entries], [bench] * len(entries))
-        base_degraded = any(e["is_baseline"] and e.get("degraded") for e in entries)
-        for e, p, m in zip(entries, adjusted, sizes):
-            e["p_holm"], e["holm_m"] = p, m
-            e["base_degraded"] = base_degraded and not e["is_baseline"]
-            if e.get("null_se") is not None:
-                mde = min_detectable_effect(e["null_se"], max(1, m))
-                e["mde_pp"] = None if mde is None else 100.0 * mde
-                e["resolvable"] = None if mde is None or e.get("delta_pp") is None else abs(e["mean_diff"]) >= mde
-        ran = sorted(
-            (e for e in entries if e["status"] == "ok" and not e["is_baseline"]),
-            key=lambda e: (-e["accuracy"], str(e["method"])),
-        )
-        first = [e for e in entries if e["status"] == "ok" and e["is_baseline"]]
-        rest = sorted((e for e in entries if e["status"] != "ok"), key=lambda e: str(e["method"]))
-        sources = sorted({r["source"] for r in data.results if r["benchmark"] == bench}, key=sort_key)
-        out.append(
-            {
-                "benchmark": bench,
-                "baseline": baseline,
-                "baseline_present": bool(base_rows),
-                "methods": first + ran + rest,
-                "sources": sources,
-                "unavailable": unavailable,
-                "holm_m": max(sizes, default=0),
-                "substitutes": by_source(data.run, sources),  # source -> footnote: not its pinned tree
-            }
-        )
-    return out
-
-
-def _method_numbers(rows, base_rows, is_baseline, seed, n_boot) -> dict[str, Any]:
-    lo, hi = accuracy_ci(rows)
-    seeds = per_seed_accuracy(rows)
-    vals = list(seeds.values())
-    lsd, n_common = learning_sd(rows)
-    e: dict[str, Any] = {
-        "learning_sd": lsd,
-        "n_common_tasks": n_common,
-        "accuracy": macro_accuracy(rows),
-        "ci_lo": lo,
-        "ci_hi": hi,
-        "n_tasks": len({(r["source"], r["task_id"]) for r in rows}),
-        "n_rows": len(rows),
-        "failed_rows": sum(1 for r in rows if r.get("failed")),
-        "failure_reasons": Counter(_kind(r.get("failure_reason")) for r in rows if r.get("failed")),
-        "seed_acc": seeds,
-        "seed_mean": float(np.mean(vals)),
-        "seed_sd": float(np.std(vals, ddof=1)) if len(vals) > 1 else None,
-        "per_source": {
-            s: macro_accuracy([r for r in rows if r["source"] == s])
-            for s in sorted({r["source"] for r in rows}, key=sort_key)
-        },
-    }
-    e["failed_share"] = e["failed_rows"] / e["n_rows"] if e["n_rows"] else 0.0
-    if base_rows and not is_baseline:
-        t = paired_test(rows, base_rows, seed=seed, n_resamples=N_PERMUTATIONS, n_boot=n_boot)
-        e.update(test=t["test"], n_pairs=t["n_pairs"], n_paired_rows=t["n_paired_rows"], p_value=t["p_value"],
-                 p_exact=t["exact"], p_mc_se=t["p_mc_se"], n_groups=t["n_groups"], mean_diff=t["mean_diff"],
-                 null_se=t["null_se"], untested=t.get("reason"), a_missing=t["a_missing"],
-                 b_missing=t["b_missing"], n_tasks_base=t["n_tasks_b"],
-                 delta_pp=None if t["mean_diff"] is None else 100.0 * t["mean_diff"],
-                 delta_lo=None if t["ci_lo"] is None else 100.0 * t["ci_lo"],
-                 delta_hi=None if t["ci_hi"] is None else 100.0 * t["ci_hi"])
-        e["incomplete"] = bool(t["a_missing"] or t["b_missing"])
-    return e
-
-
-def comparable(e: dict) -> bool:
-    """Whether an entry's comparison may carry stars or a "best" mark: neither degraded nor incomplete."""
-    return not e.get("degraded") and not e.get("incomplete") and not e.get("base_degraded")
-
-
-def score_text(e: dict) -> str:
-    """Accuracy with its interval, the failed share beside it when not zero, and the DEGRADED mark."""
-    acc = f"{pct(e['accuracy'])} [{pct(e['ci_lo'])}, {pct(e['ci_hi'])}]"
-    if e.get("failed_share"):
-        acc += f" ({100.0 * e['failed_share']:.1f}% failed)"
-    return f"DEGRADED ({acc})" if e.get("degraded") else acc
-
-
-def delta_text(e: dict) -> str:
-    """Δ (the tested statistic) with its paired interval; INCOMPLETE when a side is missing tasks."""
-    if e.get("delta_pp") is None:
-        return NA
-    if e.get("untested") and e.get("n_pairs", 0) < MIN_PAIRS:
-        return f"{NA} ({e['n_pairs']} pairs)"
-    out = format_delta(e["delta_pp"])
-    if e.get("delta_lo") is not None:
-        out += f" [{format_delta(e['delta_lo'])}, {format_delta(e['delta_hi'])}]"
-    elif e.get("untested"):
-        out += f" ({e['untested']})"
-    if e.get("incomplete"):
-        out += " INCOMPLETE"
-    return out
-
-
-def p_cell(e: dict) -> str:
-    """Holm-adjusted p with stars, stars withheld from degraded or incomplete comparisons."""
-    if e.get("p_holm") is None:
-        return NA
-    return f"{format_p(e['p_holm'], e.get('p_mc_se'))} {stars(e['p_holm'], comparable(e))}".strip()
-
-
-def mde_text(e: dict) -> str:
-    if e.get("mde_pp") is None:
-        return NA
-    out = f"{e['mde_pp']:.1f}"
-    return out + " (not resolvable by this run)" if e.get("resolvable") is False else out
-
-
-def _kind(reason: Any) -> str:
-    """The part of a failure message before its first ':' (e.g. 'context_overflow'), masked."""
-    text = safe(reason).split(":", 1)[0].strip() or "unspecified"
-    return text[:60]
-
-
-# ------------------------------------------------------------------------------------ tables
-
-
-def _count(total: int, live: int) -> str:
-    return f"{total:,} ({live:,} live)"
-
-
-def _phases(bench: dict) -> list[str]:
-    seen = {p for e in bench["methods"] for p in e["cost"]}
-    return [*PHASES, *sorted(seen - set(PHASES))]
-
-
-def _main_table(b: dict) -> Table:
-    rows = []
-    for e in b["methods"]:
-        name = safe(e["method"]) + (" (baseline)" if e["is_baseline"] else "")
-        if e["status"] != "ok":
-            rows.append([name, e["status"], NA, NA, NA, NA, "0", NA, NA, NA, str(e["failed_calls"])])
-            continue
-        sd = f" ± {pct(e['seed_sd'])}" if e["seed_sd"] is not None else " (1 seed)"
-        pairs = (f"{e['n_pairs']} of {max(e['n_tasks'], e.get('n_tasks_base', 0))} ({e['n_groups']} groups)"
-                 if e.get("n_pairs") is not None else NA)
-        rows.append(
-            [
-                name,
-                mark(score_text(e), bool(b.get("substitutes"))),
-                delta_text(e),
-                p_cell(e),
-                pairs,
-                mde_text(e),
-                str(e["n_tasks"]),
-                f"{e['failed_rows']}/{e['n_rows']}",
-                pct(e["seed_mean"]) + sd,
-                NA if e.get("learning_sd") is None else f"{pct(e['learning_sd'])} ({e['n_common_tasks']} tasks)",
-                str(e["failed_calls"]),
-            ]
-        )
-    notes = [_test_note(b), *b.get("substitutes", {}).values()]
-    for u in b.get("unavailable") or []:
-        notes.append(f"Unavailable ({safe(u.get('source'))}): {safe(u.get('reason'))}; no score is reported.")
-    degraded = [line for e in b["methods"] for line in e.get("degraded") or []]
-    if degraded:
-        notes.append("DEGRADED cells lost more than the allowed share of their work, so their accuracy is not "
-                     "comparable with healthy cells (no stars): " + " | ".join(safe(x) for x in degraded) + ".")
-    incomplete = [e for e in b["methods"] if e.get("incomplete")]
-    if incomplete:
-        notes.append("INCOMPLETE: a side is missing tasks the other scored, so the accuracies are over different "
-                     "task sets; Δ and p are on the shared tasks only and get no stars: " + "; ".join(
-                         f"{safe(e['method'])} lacks {e['a_missing']} of the baseline's tasks, the baseline lacks "
-                         f"{e['b_missing']} of its tasks" for e in incomplete) + ".")
-    if not b["baseline_present"] and not b.get("unavailable"):
-        notes.append(
-            f"Baseline {safe(b['baseline'])} has no results for this benchmark: "
-            f"Δ and p are not computed ({NA})."
-        )
-    return Table(
-        f"{b['benchmark']}: leaderboard",
-        [
-            "method",
-            "accuracy % [95% CI]",
-            "Δ vs baseline (pp) [95% CI]",
-            "p (Holm)",
-            "paired tasks (groups)",
-            "MDE 80% (pp)",
-            "n tasks",
-            "failed tasks / rows",
-            "seeds: mean ± sd %",
-            "learning sd (pp)",
-            "failed calls",
-        ],
-        rows,
-        " ".join(n for n in notes if n),
-    )
-
-
-def _test_note(b: dict) -> str:
-    """Which test each p is, on how many tasks, and the Holm family it is corrected in."""
-    tested = [e for e in b["methods"] if e.get("test")]
-    untested = "".join(f" {safe(e['method'])}: not tested ({e['untested']}), {NA}." for e in b["methods"]
-                       if e.get("untested") and not e.get("test"))
-    if not tested:
-        return untested.strip()
-    base = safe(b["baseline"])
-    per = "; ".join(
-        f"{safe(e['method'])}: {TEST_NAMES[e['test']]}, {e['n_pairs']} paired tasks in {e['n_groups']} groups "
-        f"({e['n_paired_rows']} task x seed rows), " + ("exact" if e.get("p_exact") else
-                                                        f"{N_PERMUTATIONS} seeded sign patterns")
-        for e in tested
-    )
-    m = b.get("holm_m", 0)
-    return (f"p vs {base}, with the group as unit: {per}. p (Holm): Holm-Bonferroni over the {m} method"
-            f"{'' if m == 1 else 's'} compared with {base} on this benchmark.{untested}")
-
-
-def _cost_table(b: dict) -> Table:
-    phases = _phases(b)
-    reasons = any(c.get("reasoning") for e in b["methods"] for c in e["cost"].values())
-    what = ("calls", "tokens", "reasoning") if reasons else ("calls", "tokens")
-    header = ["method"] + [f"{p} {w}" for p in phases for w in what] + ["failed calls"]
-    rows = []
-    for e in b["methods"]:
-        cells = [safe(e["method"]) + (" (DEGRADED)" if e.get("degraded") else "")]
-        for p in phases:
-            c = e["cost"].get(p, {"calls": 0, "calls_live": 0, "tokens": 0, "tokens_live": 0})
-            cells += [_count(c["calls"], c["calls_live"]), _count(c["tokens"], c["tokens_live"])]
-            if reasons:
-                cells.append(f"{c.get('reasoning', 0):,}")
-        rows.append(cells + [str(e["failed_calls"])])
-    return Table(
-        f"{b['benchmark']}: cost",
-        header,
-        rows,
-        "Logical calls = live + cached (live in parentheses); tokens = input + visible output; reasoning = "
-        "reasoning tokens (billed as output, counted apart; shown when the backend reported any). A build that was "
-        "interrupted and then resumed replays its earlier calls from the cache: they count once as live and "
-        "again as cached. Failed calls: calls that left the method without a usable reply (an error, a prompt "
-        "over the context window, a reply still invalid after the structured-output retry), as under Failures.",
-    )
-
-
-def _stage_table(b: dict) -> Table | None:
-    """Learning cost per stage (SourceLearn's construct_*, ms_*, mt_*; RAPTOR's summaries; ...)."""
-    rows = []
-    for e in b["methods"]:
-        for stage, c in sorted(e.get("stages", {}).items()):
-            rows.append([safe(e["method"]), safe(stage), _count(c["calls"], c["calls_live"]),
-                         _count(c["tokens"], c["tokens_live"]), f"{c['seconds']:,.0f}", str(c["failed"])])
-    if not rows:
-        return None
-    return Table(
-        f"{b['benchmark']}: learning cost by stage",
-        ["method", "stage", "calls", "tokens", "model seconds (live)", "failed calls"],
-        rows,
-        "Summed over sources and seeds. A stage whose artifact several methods share (SourceLearn's M0 "
-        "and MS, shared by its variants) is billed once, to the method that built it; the others reuse "
-        "it with no calls. Model seconds add up the duration of every live call, so concurrent calls "
-        "count more than wall time.",
-    )
-
-
-def _seed_table(b: dict) -> Table:
-    seeds = sorted({s for e in b["methods"] for s in e.get("seed_acc", {})}, key=sort_key)
-    rows = [
-        [safe(e["method"])]
-        + ([mark(pct(e["seed_acc"].get(s)), bool(b.get("substitutes"))) for s in seeds] if e["status"] == "ok"
-           else [e["status"]] * len(seeds))
-        for e in b["methods"]
-    ]
-    return Table(
-        f"{b['benchmark']}: accuracy % per split seed",
-        ["method"] + [f"seed {s}" for s in seeds],
-        rows,
-        " ".join(["Each seed: mean over sources of the source's mean score.", *b.get("substitutes", {}).values()]),
-    )
-
-
-def _source_table(b: dict) -> Table:
-    ms = b["methods"]
-    rows = [
-        [mark(safe(s), s in b.get("substitutes", {}))]
-        + [pct(e["per_source"].get(s)) if e["status"] == "ok" else e["status"] for e in ms]
-        for s in b["sources"]
-    ]
-    return Table(
-        f"{b['benchmark']}: accuracy % per source",
-        ["source"] + [safe(e["method"]) for e in ms],
-        rows,
-        " ".join(["Each source: mean over seeds of the source's mean score.", *b.get("substitutes", {}).values()]),
-    )
-
-
-def _failure_table(data: RunData, summary: list[dict]) -> Table:
-    calls = Counter(
-        (f.get("benchmark"), f.get("method"), f.get("phase"), _kind(f.get("error"))) for f in data.failures
-    )
-    rows = [
-        [safe(b), safe(m), "failed call", safe(p), k, str(n)]
-        for (b, m, p, k), n in sorted(calls.items(), key=lambda kv: tuple(str(x) for x in kv[0]))
-    ]
-    for b in summary:
-        for e in b["methods"]:
-            for k, n in sorted(e.get("failure_reasons", {}).items()):
-                rows.append([safe(b["benchmark"]), safe(e["method"]), "scored failure (0)", NA, k, str(n)])
-    return Table(
-        "Failures",
-        ["benchmark", "method", "what", "phase", "kind", "count"],
-        rows,
-        "Failed calls from failures.jsonl; scored failures from results.jsonl, counted as 0.",
-    )
-
-
-def _provenance(data: RunData, seed: int, n_boot: int) -> list[Table]:
-    run = data.run
-    info = [
-        ("run id", safe(run.get("run_id"))),
-        ("created", safe(run.get("created"))),
-        ("command", safe(run.get("command"))),
-        ("git commit", safe(run.get("git_commit") or "unknown")),
-        ("model", _describe(run.get("model"), _MODEL_SETTINGS)),
-        ("judge model", _describe(run.get("judge_model"), _MODEL_SETTINGS)),
-        ("embedder", _describe(run.get("embedder"), _EMBEDDER_SETTINGS)),
-        ("split seeds", ", ".join(safe(s) for s in run.get("seeds") or []) or NA),
-        ("task limit", safe(run.get("limit")) if run.get("limit") is not None else "none"),
-        ("report bootstrap", f"{n_boot} resamples, seed {seed}"),
-    ]
-    methods = [
-        [
-            safe(m.get("name")),
-            safe(m.get("version")),
-            "; ".join(d for n, d in _deviations({"methods": [m]})) or "none",
-        ]
-        for m in run.get("methods") or []
-        if isinstance(m, dict)
-    ]
-    sources = [
-        [safe(s.get(k)) for k in ("id", "origin", "fingerprint", "n_elements")]
-        for s in run.get("sources") or []
-        if isinstance(s, dict)
-    ]
-    versions = run.get("versions") or {}
-    flat = {}
-    if isinstance(versions, dict):
-        for k, v in versions.items():
-            flat.update({f"{k}/{kk}": vv for kk, vv in v.items()} if isinstance(v, dict) else {k: v})
-    split_rows, warnings = _splits(data)
-    return [
-        Table("Run", ["field", "value"], [list(kv) for kv in info]),
-        *([Table("Splits", ["benchmark", "source", "seed", "guidance", "test", "guidance share %"], split_rows,
-                 "Realised guidance share of each split (whole groups move, so it can miss the 30 % target). "
-                 + (" WARNING: " + " | ".join(safe(w) for w in warnings) if warnings else ""))] if split_rows else []),
-        Table("Methods", ["method", "version", "deviations"], methods),
-        Table("Sources", ["id", "origin", "fingerprint", "n elements"], sources),
-        Table("Versions", ["component", "version"], [[safe(k), safe(v)] for k, v in sorted(flat.items())]),
-    ]
-
-
-def _splits(data: RunData) -> tuple[list[list[str]], list[str]]:
-    """The run's split manifests: sizes and realised guidance share per (benchmark, source, seed), and the
-    splits whose share is off the target by more than 10 points."""
-    from sourcebench.harness.errors import DataError
-    from sourcebench.harness.splits import guidance_share, load_manifest, share_warning
-
-    rows, warnings = [], []
-    for path in sorted((data.run_dir / "splits").glob("**/seed*.json")):
-        try:
-            sp = load_manifest(path)
-        except DataError:
-            continue  # an unreadable manifest is the runner's to report; the table lists the readable ones
-        w = share_warning(sp)
-        rows.append([safe(sp.benchmark), safe(sp.source_id), safe(sp.seed), str(len(sp.guidance_ids)),
-                     str(len(sp.test_ids)), f"{100 * guidance_share(sp):.1f}" + (" (off target)" if w else "")])
-        if w:
-            warnings.append(w)
-    return rows, warnings
-
-
-def caption(data: RunData, baseline: str, seed: int, n_boot: int) -> list[str]:
-    """The sentences every rendering starts with: how each number was computed and on what."""
-    run = data.run
-    devs = _deviations(run)
-    seeds = ", ".join(safe(s) for s in run.get("seeds") or []) or NA
-    return [
-        f"Macro accuracy (%): {AGGREGATION_RULE}.",
-        f"95% CI: {CI_METHOD}.",
-        (f"Δ: {DELTA_METHOD} ({n_boot} resamples, seed {seed}); baseline {safe(baseline)}. Δ is not the difference "
-         "of the accuracies when a side is missing tasks (INCOMPLETE) or seeds test different task sets; "
-         f"with fewer than {MIN_PAIRS} paired tasks, or identical answers on every paired task, nothing is "
-         f"tested ({NA})."),
-        ("MDE 80%: the smallest |Δ| this comparison detects with 80% power at the Holm threshold of its "
-         "family (two-sided 0.05 / m), from its paired groups and their observed discordance (the sign-flip "
-         "null's standard deviation); a Δ below it is not resolvable by this run, whatever its p."),
-        ("seeds: mean ± sd % mixes test-subset variation with learning variance over test sets that overlap "
-         "(a task is tested under several split seeds); learning sd: the sd over seeds of the accuracy on the "
-         "tasks every seed tested, the between-seed (learning) component."),
-        (
-            f"p: {paired_test_caption(N_PERMUTATIONS, seed)}. p (Holm): Holm-Bonferroni over the methods "
-            f"compared with {safe(baseline)} on the same benchmark, {HOLM_FAMILY} as in the reproduce tables "
-            "(a run folder is one backend); * p<0.05, ** p<0.01, *** p<0.001."
-        ),
-        ("n tasks: distinct test tasks; failed tasks / rows: scored failures over task x seed rows (scored 0; "
-         "their share is shown next to the accuracy when not zero); paired tasks: tasks both sides scored, of "
-         "the tasks either scored, in that many groups."),
-        (
-            f"Model: {_describe(run.get('model'), _MODEL_SETTINGS)}; judge: "
-            f"{_describe(run.get('judge_model'), _MODEL_SETTINGS)}; embedder: "
-            f"{_describe(run.get('embedder'), _EMBEDDER_SETTINGS)}; seeds: {seeds}; git commit: "
-            f"{safe(run.get('git_commit') or 'unknown')}."
-        ),
-        "Deviations: " + ("; ".join(f"{', '.join(ms)}: {d}" for d, ms in _by_text(devs).items())
-                          if devs else "none declared") + ".",
-    ]
-
-
-def _forest(b: dict) -> Figure | None:
-    """The benchmark's leaderboard as a forest plot (``figures.forest_png``); None when no method ran."""
-    if not any(e["status"] == "ok" for e in b["methods"]):
-        return None
-    from .figures import _slug, forest_png  # matplotlib only when there is something to draw
-
-    return Figure(mark(f"{b['benchmark']}: accuracy and difference from the baseline", bool(b.get("substitutes"))),
-                  f"forest_{_slug(b['benchmark'])}.png", forest_png(b), " ".join([
-                      *b.get("substitutes", {}).values(),
-                      ("Left: macro accuracy with its 95% interval (groups as clusters within sources), the "
-                       "baseline's as a dotted line; right: Δ vs the baseline in pp on the paired tasks (the tested "
-                       "statistic) with its 95% cluster-bootstrap interval and the Holm-adjusted p, as in the table. "
-                       "Red hollow markers and a red name: DEGRADED or INCOMPLETE cells (not comparable, see the "
-                       "note).")]))
-
-
-def build_tables(data: RunData, summary: list[dict]) -> list[tuple[str, list[Table | Figure]]]:
-    """(section title, tables and the forest plot) in display order."""
-    sections = [
-        (safe(b["benchmark"]), [t for t in (_main_table(b), _forest(b), _cost_table(b), _stage_table(b),
-                                             _seed_table(b), _source_table(b)) if t is not None])
-        for b in summary
-    ]
-    if data.failures or any(e.get("failure_reasons") for b in summary for e in b["methods"]):
-        sections.append(("Failures", [_failure_table(data, summary)]))
-    return sections
-
-
-# ------------------------------------------------------------------------------------ rendering
+from .board import banners, build_sections, definitions, deviation_lines, provenance_tables, summarize
+from .layout import Figure, Page, render_html, render_markdown, safe
+from .rundata import PHASES, load_run
+from .stats import sort_key
 
 
 def _num(x: Any, fmt: str = "{:.4f}") -> str:
@@ -698,39 +135,40 @@ def write_report(
     protocols: list[str] | None = None,
     data_dir: str | Path | None = None,
 ) -> dict[str, Path]:
-    """Write leaderboard.md/.csv/.html into ``out_dir`` (default ``<run_dir>/report``); return their paths.
+    """Write leaderboard.md/.csv/.html into ``out_dir`` (default ``<run_dir>/report``), and a task-by-task
+    page per method (``compare``) that the leaderboard links; return the leaderboard's paths.
 
     ``protocols`` (names from ``reports.protocols.PROTOCOLS``) appends their sections to the Markdown
     and HTML; ``None`` means the run's defaults (``default_protocols``), ``[]`` none. ``data_dir`` is
     where the key-overlap protocol finds the benchmark data.
     """
+    from .compare import write_task_pages
+    from .protocols import default_protocols, parse_protocols
+
     data = load_run(run_dir)
     out = Path(out_dir) if out_dir is not None else data.run_dir / "report"
     summary = summarize(data, baseline=baseline, seed=seed, n_boot=n_boot)
-    cap = caption(data, baseline, seed, n_boot)
-    sections = build_tables(data, summary)
-    from .protocols import default_protocols, parse_protocols
-
+    sections: list[Any] = build_sections(data, summary, write_task_pages(data, summary, out, baseline))
     names = default_protocols(data) if protocols is None else parse_protocols(protocols)
     if names:
         from .protocols.render import protocol_sections
 
         sections += protocol_sections(data, names, baseline=baseline, data_dir=Path(data_dir) if data_dir else None,
                                       seed=seed)
-    prov = _provenance(data, seed, n_boot)
-    title = f"SourceBench leaderboard: run {safe(data.run.get('run_id') or data.run_dir.name)}"
+    page = Page(
+        title=f"SourceBench leaderboard: run {safe(data.run.get('run_id') or data.run_dir.name)}",
+        sections=sections,
+        banners=banners(data, summary),
+        notes=[("Definitions and statistics", definitions(data, baseline, seed, n_boot)),
+               ("Deviations from the official methods and benchmark", deviation_lines(data.run))],
+        provenance=provenance_tables(data, seed, n_boot),
+    )
     seeds = sorted({s for b in summary for e in b["methods"] for s in e.get("seed_acc", {})}, key=sort_key)
     paths = {"md": out / "leaderboard.md", "csv": out / "leaderboard.csv", "html": out / "leaderboard.html"}
-    atomic_write_text(paths["md"], render_markdown(title, cap, sections, prov))
+    atomic_write_text(paths["md"], render_markdown(page))
     atomic_write_text(paths["csv"], render_csv(summary, seeds))
-    page = render_html(title, cap, sections, prov)
-    # -- link hook: per-task pages (reports/compare.py) linked from each method's rows --
-    from .compare import link_task_pages
-
-    page = link_task_pages(data, summary, out, baseline, page)
-    # -- end of link hook --
-    atomic_write_text(paths["html"], page)
-    for f in (t for _, tables in sections for t in tables if isinstance(t, Figure)):
+    atomic_write_text(paths["html"], render_html(page))
+    for f in (t for s in page.parts() for t in [*s.items, *s.folded] if isinstance(t, Figure)):
         paths[f.filename] = out / f.filename
         paths[f.filename].write_bytes(f.png)
     return paths

@@ -295,7 +295,7 @@ def _cached_run(tmp_path: Path, name: str, seed_rows) -> Path:
 def test_leaderboard_p_values_are_unchanged_by_replicated_seeds(tmp_path):
     """A task counts once: duplicating a seed of cached answers, or splitting a seed's tasks between two
     seeds, leaves every p and every Holm-adjusted p of the leaderboard as it was."""
-    from sourcebench.reports.leaderboard import summarize
+    from sourcebench.reports.board import summarize
 
     seeds = {0: [0, 1, 2, 3, 6, 7], 1: [2, 3, 4, 5, 8], 2: [0, 4, 5, 9]}
     split = {0: [0, 1, 2], 3: [3, 6, 7], 1: seeds[1], 2: seeds[2]}  # seed 0's tasks shared with a seed 3
