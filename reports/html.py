@@ -9,7 +9,6 @@ output root.
 
 from __future__ import annotations
 
-import base64
 import html
 import os
 import time
@@ -20,8 +19,8 @@ import yaml
 from .board import VIEWER_URL, provenance_tables
 from .config import ExperimentConfig
 from .grid import ReportTable, stats_table
-from .layout import Link, Table, html_table, safe
-from .render import to_html
+from .layout import Figure, Fragment, Item, Link, Page, Section, Table, html_table, render_html, safe
+from .render import to_html, to_markdown
 from .results import Results
 from .rundata import PHASES, cell_logs, usage_cost
 
@@ -49,12 +48,6 @@ SECTION_TITLES = {
     "figure3": "Figure 3: ablations", "figure4": "Figure 4: beyond compression",
     "figure5": "Figure 5: incomplete retrieval",
 }
-
-
-def _img(name: str, png: bytes) -> str:
-    data = base64.b64encode(png).decode("ascii")
-    return (f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{html.escape(name)}</figcaption></figure>")
 
 
 def _status_section(res: Results) -> str:
@@ -139,32 +132,26 @@ def _provenance_section(res: Results, cfg_text: str) -> str:
 
 def render_report(cfg: ExperimentConfig, res: Results, built: dict[str, list[ReportTable]],
                   figures: dict[str, bytes], report_dir: Path) -> str:
-    esc = html.escape
+    """The page, laid out by ``reports.layout`` like every report page; the paper tables are rendered
+    by ``reports.render`` (their cells carry marks and deltas) and placed as fragments."""
     cfg_text = yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True), sort_keys=False)
-    title = f"SourceBench reproduction: {cfg.name}"
-    nav = "".join(f'<a href="#{tid}">{esc(SECTION_TITLES[tid].split(":")[0])}</a>' for tid in built)
-    nav += '<a href="#status">Status</a><a href="#cost">Cost</a><a href="#logs">Logs</a><a href="#provenance">Provenance</a>'
-    out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-           f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
-           f"<h1>{esc(title)}</h1>",
-           f"<p>{esc(cfg.description)}</p>" if cfg.description else "",
-           (f"<p>Output root <code>{esc(str(res.root))}</code>; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
-           "Every number is recomputed from the run folders; re-running the same config reuses every finished cell.</p>"),
-           f"<nav>{nav}</nav>"]
+    sections = []
     for tid, tables in built.items():
-        out.append(f'<section id="{tid}"><h2>{esc(SECTION_TITLES[tid])}</h2>')
-        for name, png in figures.items():
-            if name.startswith(tid + "_"):
-                out.append(_img(name, png))
+        items: list[Item] = [Figure(name, name, png) for name, png in figures.items() if name.startswith(tid + "_")]
         for t in tables:
-            out.append(to_html(t))
+            items.append(Fragment(to_html(t), to_markdown(t)))
             st = stats_table(t)
             if st is not None:
-                out.append("<details><summary>Paired comparisons</summary>" + to_html(st) + "</details>")
-        out.append("</section>")
-    out.append(f'<section id="status"><h2>Status of every cell</h2>{_status_section(res)}</section>')
-    out.append(f'<section id="cost"><h2>Cost per cell</h2>{_cost_section(res)}</section>')
-    out.append(f'<section id="logs"><h2>Logs</h2>{log_links(res)}</section>')
-    out.append(f'<section id="provenance"><h2>Provenance</h2>{_provenance_section(res, cfg_text)}</section>')
-    out.append("</body></html>")
-    return "\n".join(x for x in out if x) + "\n"
+                items.append(Fragment("<details><summary>Paired comparisons</summary>" + to_html(st) + "</details>",
+                                      to_markdown(st)))
+        sections.append(Section(SECTION_TITLES[tid], items, id=tid, nav=SECTION_TITLES[tid].split(":")[0]))
+    sections += [
+        Section("Status of every cell", [Fragment(_status_section(res))], id="status", nav="Status"),
+        Section("Cost per cell", [Fragment(_cost_section(res))], id="cost", nav="Cost"),
+        Section("Logs", [Fragment(log_links(res))], id="logs", nav="Logs"),
+        Section("Provenance", [Fragment(_provenance_section(res, cfg_text))], id="provenance", nav="Provenance"),
+    ]
+    intro = [cfg.description] if cfg.description else []
+    intro.append(f"Output root {res.root}; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Every "
+                 "number is recomputed from the run folders; re-running the same config reuses every finished cell.")
+    return render_html(Page(f"SourceBench reproduction: {cfg.name}", sections, intro=intro, nav=True, style=CSS))

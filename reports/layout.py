@@ -69,14 +69,29 @@ class Figure:
 
 
 @dataclass
+class Fragment:
+    """Part of a page already rendered by its own formatter (the paper tables of ``reports.render``,
+    whose cells carry marks and deltas), as HTML and as Markdown."""
+
+    html: str
+    markdown: str = ""
+
+
+Item = Table | Figure | Fragment
+
+
+@dataclass
 class Section:
     """A titled part of a page: ``items`` shown, ``folded`` below them (HTML ``<details>`` titled
-    ``folded_title``; Markdown after every section's shown items), so the result comes first."""
+    ``folded_title``; Markdown after every section's shown items), so the result comes first. A
+    section with an ``id`` is an anchor the page's navigation links (``nav``: its label there)."""
 
     title: str
-    items: list[Table | Figure]
-    folded: list[Table | Figure] = field(default_factory=list)
+    items: list[Item]
+    folded: list[Item] = field(default_factory=list)
     folded_title: str = "More tables"
+    id: str = ""
+    nav: str = ""
 
 
 @dataclass
@@ -85,11 +100,13 @@ class Page:
     sections, ``notes`` (titled lists: definitions, deviations; folded) and the provenance (folded)."""
 
     title: str
-    sections: list[Section | tuple[str, list[Table | Figure]]]
+    sections: list[Section | tuple[str, list[Item]]]
     banners: list[str] = field(default_factory=list)
     intro: list[str] = field(default_factory=list)
     notes: list[tuple[str, list[str]]] = field(default_factory=list)
     provenance: list[Table] = field(default_factory=list)
+    nav: bool = False  # a bar of links to the sections that have an id
+    style: str = ""  # CSS for what the page's fragments need beyond the tables' own
 
     def parts(self) -> list[Section]:
         return [s if isinstance(s, Section) else Section(s[0], list(s[1])) for s in self.sections]
@@ -138,8 +155,9 @@ def md_figure(f: Figure) -> str:
     return f"**{md_cell(f.title)}**\n\n![{md_cell(f.title)}]({f.filename})\n{note}"
 
 
-def _md_items(items: list[Table | Figure]) -> list[str]:
-    return [md_figure(t) if isinstance(t, Figure) else md_table(t) for t in items]
+def _md_items(items: list[Item]) -> list[str]:
+    return [t.markdown if isinstance(t, Fragment) else md_figure(t) if isinstance(t, Figure) else md_table(t)
+            for t in items]
 
 
 def render_markdown(page: Page) -> str:
@@ -174,6 +192,7 @@ figure{margin:.5rem 0 1.5rem}figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-weight:600;padding:.3rem 0}
 .banner{background:#fff4e5;border:1px solid #e8a33d;padding:.5rem .8rem;margin:.6rem 0;font-weight:600}
 details{margin:.4rem 0 1rem}summary{cursor:pointer;font-weight:600;color:#333}
+nav a{margin-right:.8rem}pre{background:#f7f7f7;padding:.6rem;overflow:auto;font-size:.8rem}
 """
 
 
@@ -205,8 +224,9 @@ def html_figure(f: Figure) -> str:
             f'<img alt="{esc(f.title)}" src="data:image/png;base64,{data}"></figure>{note}\n')
 
 
-def _html_items(items: list[Table | Figure]) -> str:
-    return "".join(html_figure(t) if isinstance(t, Figure) else html_table(t) for t in items)
+def _html_items(items: list[Item]) -> str:
+    return "".join(t.html if isinstance(t, Fragment) else html_figure(t) if isinstance(t, Figure) else html_table(t)
+                   for t in items)
 
 
 def render_html(page: Page) -> str:
@@ -215,16 +235,21 @@ def render_html(page: Page) -> str:
     esc = html.escape
     out = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-        f"<title>{esc(page.title)}</title><style>{_CSS}</style></head><body>",
+        f"<title>{esc(page.title)}</title><style>{_CSS}{page.style}</style></head><body>",
         f"<h1>{esc(page.title)}</h1>",
         *(f'<p class="banner">{esc(b)}</p>' for b in page.banners),
     ]
     if page.intro:
         out.append('<ul class="caption">' + "".join(f"<li>{esc(c)}</li>" for c in page.intro) + "</ul>")
-    for s in page.parts():
+    sections = page.parts()
+    if page.nav:
+        out.append("<nav>" + "".join(f'<a href="#{esc(s.id)}">{esc(s.nav or s.title)}</a>' for s in sections if s.id)
+                   + "</nav>")
+    for s in sections:
         folded = (f"<details><summary>{esc(s.folded_title)}</summary>{_html_items(s.folded)}</details>"
                   if s.folded else "")
-        out.append(f"<section><h2>{esc(s.title)}</h2>{_html_items(s.items)}{folded}</section>")
+        anchor = f' id="{esc(s.id)}"' if s.id else ""
+        out.append(f"<section{anchor}><h2>{esc(s.title)}</h2>{_html_items(s.items)}{folded}</section>")
     for title, lines in page.notes:
         out.append(f'<details class="notes"><summary>{esc(title)}</summary><ul class="caption">'
                    + "".join(f"<li>{esc(c)}</li>" for c in lines) + "</ul></details>")
