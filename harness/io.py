@@ -84,6 +84,34 @@ def redact_secrets(text: str, *, bearer: bool = False) -> str:
     return _BEARER.sub("Bearer ***", text) if bearer else text
 
 
+# Credential shapes, for text that may hold a key no variable of this environment holds (a report made
+# on another machine from a run folder whose error messages or commands echoed one): well-known key
+# prefixes (OpenAI/Anthropic sk-, Hugging Face, GitHub, Slack, AWS, Google) and long random-looking
+# strings mixing upper case, lower case and digits (hex hashes are spared).
+_KEY_SHAPES = [
+    re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\b(?:hf|ghp|gho|ghs|ghu|github_pat|xox[abpr])_[A-Za-z0-9_\-]{8,}"),
+    re.compile(r"\bAKIA[0-9A-Z]{12,}\b"),
+    re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"),
+    re.compile(r"\b(?=[A-Za-z0-9_\-]*[A-Z])(?=[A-Za-z0-9_\-]*[a-z])(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{32,}"),
+]
+# "api_key=...", "--api-key ...", "Authorization: Bearer ...": keep the name, mask the value
+_KEY_ASSIGN = re.compile(
+    r"(?i)((?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|secret|password|passwd)[\"']?\s*[:= ]\s*"
+    r"[\"']?|authorization[\"']?\s*:\s*(?:bearer\s+)?|\bbearer\s+)(?!\*\*\*)[^\s\"',;]+"
+)
+
+
+def redact_credentials(text: str) -> str:
+    """``redact_secrets`` (with bearer tokens) plus anything shaped like a credential (``_KEY_SHAPES``,
+    ``_KEY_ASSIGN``), for text meant to be shared (reports), where the key may be one this process's
+    environment does not hold."""
+    text = redact_secrets(_KEY_ASSIGN.sub(r"\1***", text), bearer=True)
+    for pat in _KEY_SHAPES:
+        text = pat.sub("***", text)
+    return text
+
+
 def _new_file_mode() -> int:
     """What ``open(path, "w")`` would give a new file: 0o666 less the process's umask (read once,
     at import: reading it means setting it, which is not thread-safe)."""

@@ -12,10 +12,12 @@ been pip-installed.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.metadata
 import json
+from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,22 @@ def register_method(name: str, cls: Any) -> None:
 
 def register_benchmark(name: str, cls: Any) -> None:
     _EXTRA[BENCHMARK_GROUP][name] = cls
+
+
+@contextlib.contextmanager
+def registered(group: str, classes: dict[str, Any]) -> Iterator[None]:
+    """``classes`` registered at run time under their names for the duration of the block (a
+    conformance check's temporary benchmark, a config's variant aliases); what was registered under
+    those names before is restored after."""
+    extra = _EXTRA[group]
+    saved = {k: extra[k] for k in classes if k in extra}
+    extra.update(classes)
+    try:
+        yield
+    finally:
+        for k in classes:
+            extra.pop(k, None)
+        extra.update(saved)
 
 
 def _targets(group: str, builtin: dict[str, str]) -> dict[str, Any]:

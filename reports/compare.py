@@ -11,7 +11,6 @@ difficulty). Rows written before rows carried the question or the evidence title
 
 from __future__ import annotations
 
-import html
 import json
 import re
 from collections import defaultdict
@@ -22,7 +21,7 @@ from typing import Any
 from sourcebench.harness.errors import ConfigError
 from sourcebench.harness.io import atomic_write_text
 
-from .layout import NA, Table, pct, render_html, safe
+from .layout import NA, Page, Table, pct, render_html, safe
 from .rundata import RunData, load_run
 
 MAX_GROUP_VALUES = 12  # a metadata key with more distinct values is an id, not a group
@@ -184,7 +183,7 @@ def render_page(c: Comparison, data: RunData) -> str:
     sections += [(name, [_task_table(c, o)]) for name, o in (("Wins", "win"), ("Losses", "loss"), ("Ties", "tie"))]
     cap = [f"Run folder: {data.run_dir}", f"Model: {(data.run.get('model') or {}).get('name', NA)}",
            "Own context: the method's notes and the answer metadata the other method's row does not share."]
-    return render_html(title, cap, sections, [])
+    return render_html(Page(title, sections, intro=cap))
 
 
 def write_page(run_dir: str | Path, method: str, baseline: str, out_dir: str | Path | None = None,
@@ -225,13 +224,10 @@ def terminal_lines(c: Comparison, show: int = 5) -> list[str]:
     return lines
 
 
-# -- the leaderboard's link hook ---------------------------------------------------------------------
-
-def link_task_pages(data: RunData, summary: list[dict[str, Any]], out_dir: Path, baseline: str,
-                    page: str) -> str:
+def write_task_pages(data: RunData, summary: list[dict[str, Any]], out_dir: Path, baseline: str) -> dict[str, str]:
     """Write a per-task page for each method of the leaderboard against the baseline (the baseline's
-    own row: against the best other method) and link the method's rows of ``page`` (the leaderboard
-    HTML) to it. Methods without paired rows get no page and no link."""
+    own row: against the best other method); method -> the page's file name, for the leaderboard to
+    link. Methods without paired rows get no page."""
     links: dict[str, str] = {}
     for b in summary:
         names = [e["method"] for e in b["methods"] if e.get("status") == "ok"]
@@ -240,14 +236,9 @@ def link_task_pages(data: RunData, summary: list[dict[str, Any]], out_dir: Path,
             against = baseline if m != baseline else (others[0] if others else None)
             if against is None or against not in names or m in links:
                 continue
-            x, y = (m, against)
             try:
-                write_page(data.run_dir, x, y, out_dir, data=data)
+                write_page(data.run_dir, m, against, out_dir, data=data)
             except ConfigError:
                 continue
-            links[m] = page_name(x, y)
-    for m, href in links.items():
-        name = html.escape(safe(m))
-        page = re.sub(rf"<tr><td>{re.escape(name)}(?=[ <])",
-                      f'<tr><td><a href="{html.escape(href)}" title="task by task">{name}</a>', page)
-    return page
+            links[m] = page_name(m, against)
+    return links

@@ -34,7 +34,7 @@ def value(c: Cell) -> float | None:
     return None if math.isnan(v) else v
 
 
-def _png(fig) -> bytes:
+def png_bytes(fig) -> bytes:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110, bbox_inches="tight", metadata={"Software": None})
     plt.close(fig)
@@ -103,7 +103,7 @@ def figure3_png(t: ReportTable, backend: str) -> bytes:
         _bars(ax, groups, series, title, "accuracy (%)")
     annotate_figure(fig, f"Figure 3: ablations of SourceLearn ({backend})", table_notes(c for r in rows for c in r.cells))
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 # ------------------------------------------------------------------------------------ Figure 4
@@ -157,7 +157,7 @@ def figure4_png(kinds: ReportTable, cond: ReportTable, cov: ReportTable, acc: Re
     annotate_figure(fig, f"Figure 4: source learning beyond compression ({backend})",
                     table_notes(c for t in (kinds, cond, cov, acc) for r in _rows_of(t, backend) for c in r.cells))
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 # ------------------------------------------------------------------------------------ Figure 5
@@ -193,7 +193,7 @@ def figure5_png(curve: ReportTable, gold: ReportTable | None, backend: str) -> b
     annotate_figure(fig, f"Figure 5: robustness to incomplete retrieval ({backend})",
                     table_notes(c for t in (curve, gold) if t is not None for r in _rows_of(t, backend) for c in r.cells))
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def render_figures(built: dict[str, list[ReportTable]]) -> dict[str, bytes]:
@@ -202,20 +202,20 @@ def render_figures(built: dict[str, list[ReportTable]]) -> dict[str, bytes]:
     if "figure3" in built:
         t = built["figure3"][0]
         for b in _backends(t):
-            out[f"figure3_{_slug(b)}.png"] = figure3_png(t, b)
+            out[f"figure3_{slug(b)}.png"] = figure3_png(t, b)
     if "figure4" in built:
         ts = built["figure4"]
         for b in dict.fromkeys(x for t in ts for x in _backends(t)):
-            out[f"figure4_{_slug(b)}.png"] = figure4_png(*ts, b)
+            out[f"figure4_{slug(b)}.png"] = figure4_png(*ts, b)
     if "figure5" in built:
         curve, *rest = built["figure5"]
         gold = rest[0] if rest else None
         for b in dict.fromkeys(_backends(curve) + (_backends(gold) if gold else [])):
-            out[f"figure5_{_slug(b)}.png"] = figure5_png(curve, gold, b)
+            out[f"figure5_{slug(b)}.png"] = figure5_png(curve, gold, b)
     return out
 
 
-def _slug(s: str) -> str:
+def slug(s: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in s)
 
 
@@ -288,4 +288,4 @@ def forest_png(bench: dict) -> bytes:
     annotate_figure(fig, f"{bench['benchmark']}: accuracy and difference from the baseline",
                     list(bench.get("substitutes", {}).values()))
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)

@@ -3,12 +3,12 @@
 the inspect-ai log of every cell.
 
 Self-contained means one file that needs nothing else to display (no script, no external style or
-image); the log links are relative paths into the run folders, for ``inspect view``.
+image); the log links open each cell's log in inspect-ai's log viewer (``inspect view``) serving the
+output root.
 """
 
 from __future__ import annotations
 
-import base64
 import html
 import os
 import time
@@ -16,13 +16,13 @@ from pathlib import Path
 
 import yaml
 
+from .board import VIEWER_URL, provenance_tables
 from .config import ExperimentConfig
 from .grid import ReportTable, stats_table
-from .layout import html_table, safe
-from .leaderboard import _provenance
-from .render import to_html
+from .layout import Figure, Fragment, Item, Link, Page, Section, Table, html_table, render_html, safe
+from .render import to_html, to_markdown
 from .results import Results
-from .rundata import PHASES, usage_cost
+from .rundata import PHASES, cell_logs, usage_cost
 
 CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:90rem;color:#1a1a1a;
@@ -50,28 +50,6 @@ SECTION_TITLES = {
 }
 
 
-def _img(name: str, png: bytes) -> str:
-    data = base64.b64encode(png).decode("ascii")
-    return (f'<figure><img alt="{html.escape(name)}" src="data:image/png;base64,{data}">'
-            f"<figcaption>{html.escape(name)}</figcaption></figure>")
-
-
-def _simple(title: str, header: list[str], rows: list[list[str]], cls: dict[int, str] | None = None) -> str:
-    esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in header)
-    body = []
-    for r in rows:
-        tds = []
-        for i, c in enumerate(r):
-            k = (cls or {}).get(i)
-            klass = ""
-            if k == "status":
-                klass = ' class="ok"' if c == "ran" else ' class="bad"' if c == "failed" else ' class="nr"'
-            tds.append(f"<td{klass}>{c}</td>" if k == "raw" else f"<td{klass}>{esc(c)}</td>")
-        body.append("<tr>" + "".join(tds) + "</tr>")
-    return f"<table><caption>{esc(title)}</caption><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
-
-
 def _status_section(res: Results) -> str:
     cells = (res.status.get("cells") or {})
     rows = [[k.split("/")[0], k.split("/")[1], "/".join(k.split("/")[2:]), v.get("status", ""),
@@ -79,11 +57,11 @@ def _status_section(res: Results) -> str:
     derived = (res.status.get("derived") or {})
     drows = [[k.split("/")[0], k.split("/")[1], "/".join(k.split("/")[2:]), v.get("status", ""),
               safe(v.get("reason", ""))] for k, v in derived.items()]
-    out = _simple("Cells (backend x benchmark x method variant)",
-                  ["backend", "benchmark", "method (variant)", "status", "result rows", "reason"], rows, {3: "status"})
+    out = html_table(Table("Cells (backend x benchmark x method variant)",
+                           ["backend", "benchmark", "method (variant)", "status", "result rows", "reason"], rows))
     if drows:
-        out += _simple("Derived data and audits", ["backend", "benchmark", "step", "status", "reason"], drows,
-                       {3: "status"})
+        out += html_table(Table("Derived data and audits", ["backend", "benchmark", "step", "status", "reason"],
+                                drows))
     return out
 
 
@@ -105,43 +83,36 @@ def _cost_section(res: Results) -> str:
                 cells.append(str(sum(c.get("failed", 0) for c in cost.values())))
                 rows.append(cells)
     header = ["backend", "benchmark", "method"] + [f"{p} {w}" for p in PHASES for w in ("calls", "tokens")]
-    return _simple("Model calls and tokens per cell and phase (logical = live + cached; shared sub-artifacts such "
-                   "as SourceLearn's M0/MS are counted under the variant that built them first; 'harness' is the "
-                   "endpoint probe, 'audit' the judge calls of the audits)", header + ["failed calls"], rows)
+    return html_table(Table(
+        "Model calls and tokens per cell and phase (logical = live + cached, each call once: a resumed build's "
+        "replay of a call it made live is not counted again; shared sub-artifacts such as SourceLearn's M0/MS "
+        "are counted under the variant that built them first; 'harness' is the endpoint probe, 'audit' the "
+        "judge calls of the audits)", header + ["failed calls"], rows))
 
 
-def _log_links(res: Results, report_dir: Path) -> str:
-    from inspect_ai.log import read_eval_log
-
+def log_links(res: Results) -> str:
+    """Each cell's inspect-ai log, linked as a page of inspect-ai's log viewer serving the output root."""
     rows = []
     for b in res.cfg.backends:
         for bn in res.cfg.benchmarks:
-            logs = res.folder(b.id, bn.id) / "logs"
+            folder = res.folder(b.id, bn.id)
             data = res.data(b.id, bn.id)
             # the method version each cell's current rows come from: a log of an older version belongs to
             # rows the runner set aside (results.stale.jsonl), so it is marked rather than listed as current
             current = {r["method"]: str(r.get("method_version", "")) for r in (data.results if data else [])}
-            for p in sorted(logs.glob("*.eval")) if logs.is_dir() else []:
-                try:
-                    h = read_eval_log(str(p), header_only=True)
-                    meta = h.eval.metadata or {}
-                    method = (meta.get("method") or {}).get("name", "?")
-                    version = str((meta.get("method") or {}).get("version", ""))
-                    src, seed = str(meta.get("source", "?")), str(meta.get("seed", "?"))
-                    status = str(h.status)
-                    if version and current.get(method, version) != version:
-                        status += f"; superseded (version {version}, rows now of version {current[method]})"
-                    n = str(h.results.total_samples if h.results else 0)
-                except Exception as e:  # noqa: BLE001 - an unreadable log is listed, not fatal
-                    method, src, seed, status, n = "?", "?", "?", f"unreadable ({type(e).__name__})", "0"
-                rel = os.path.relpath(p, report_dir)
-                link = f'<a href="{html.escape(rel)}">{html.escape(p.name)}</a>'
-                rows.append([b.name, bn.name, safe(method), src, seed, status, n, link])
-    note = ("Open a log with <code>inspect view --log-dir &lt;run folder&gt;/logs</code>; the links are relative to "
-            "this report.")
-    return f"<p>{note}</p>" + _simple("inspect-ai logs of the test phase",
-                                      ["backend", "benchmark", "method", "source", "seed", "status", "samples", "log"],
-                                      rows, {7: "raw"})
+            for log in cell_logs(folder):
+                status = log.status
+                if log.version and current.get(log.method, log.version) != log.version:
+                    status += f"; superseded (version {log.version}, rows now of version {current[log.method]})"
+                rel = Path(os.path.relpath(log.path, res.root)).as_posix()
+                rows.append([b.name, bn.name, safe(log.method), log.source, log.seed, status, str(log.samples),
+                             Link(log.path.name, f"{VIEWER_URL}/#/logs/{rel}")])
+    note = ("Each link opens the cell's log in inspect-ai's log viewer; start it first with <code>inspect view "
+            f"--recursive --log-dir {html.escape(safe(Path(res.root).resolve()))}</code> (it serves "
+            f"{VIEWER_URL}).")
+    return f"<p>{note}</p>" + html_table(Table(
+        "inspect-ai logs of the test phase",
+        ["backend", "benchmark", "method", "source", "seed", "status", "samples", "log (in the viewer)"], rows))
 
 
 def _provenance_section(res: Results, cfg_text: str) -> str:
@@ -151,7 +122,7 @@ def _provenance_section(res: Results, cfg_text: str) -> str:
             d = res.data(b.id, bn.id)
             if d is None:
                 continue
-            tables = _provenance(d, res.cfg.statistics.seed, res.cfg.statistics.bootstrap_resamples)
+            tables = provenance_tables(d, res.cfg.statistics.seed, res.cfg.statistics.bootstrap_resamples)
             out.append(f"<h3>{html.escape(b.name)} / {html.escape(bn.name)} "
                        f"(<code>{html.escape(str(res.folder(b.id, bn.id)))}</code>)</h3>")
             out += [html_table(t) for t in tables if t.title in ("Run", "Methods", "Sources")]
@@ -161,32 +132,26 @@ def _provenance_section(res: Results, cfg_text: str) -> str:
 
 def render_report(cfg: ExperimentConfig, res: Results, built: dict[str, list[ReportTable]],
                   figures: dict[str, bytes], report_dir: Path) -> str:
-    esc = html.escape
+    """The page, laid out by ``reports.layout`` like every report page; the paper tables are rendered
+    by ``reports.render`` (their cells carry marks and deltas) and placed as fragments."""
     cfg_text = yaml.safe_dump(cfg.model_dump(mode="json", exclude_none=True), sort_keys=False)
-    title = f"SourceBench reproduction: {cfg.name}"
-    nav = "".join(f'<a href="#{tid}">{esc(SECTION_TITLES[tid].split(":")[0])}</a>' for tid in built)
-    nav += '<a href="#status">Status</a><a href="#cost">Cost</a><a href="#logs">Logs</a><a href="#provenance">Provenance</a>'
-    out = ['<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-           f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
-           f"<h1>{esc(title)}</h1>",
-           f"<p>{esc(cfg.description)}</p>" if cfg.description else "",
-           (f"<p>Output root <code>{esc(str(res.root))}</code>; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. "
-           "Every number is recomputed from the run folders; re-running the same config reuses every finished cell.</p>"),
-           f"<nav>{nav}</nav>"]
+    sections = []
     for tid, tables in built.items():
-        out.append(f'<section id="{tid}"><h2>{esc(SECTION_TITLES[tid])}</h2>')
-        for name, png in figures.items():
-            if name.startswith(tid + "_"):
-                out.append(_img(name, png))
+        items: list[Item] = [Figure(name, name, png) for name, png in figures.items() if name.startswith(tid + "_")]
         for t in tables:
-            out.append(to_html(t))
+            items.append(Fragment(to_html(t), to_markdown(t)))
             st = stats_table(t)
             if st is not None:
-                out.append("<details><summary>Paired comparisons</summary>" + to_html(st) + "</details>")
-        out.append("</section>")
-    out.append(f'<section id="status"><h2>Status of every cell</h2>{_status_section(res)}</section>')
-    out.append(f'<section id="cost"><h2>Cost per cell</h2>{_cost_section(res)}</section>')
-    out.append(f'<section id="logs"><h2>Logs</h2>{_log_links(res, report_dir)}</section>')
-    out.append(f'<section id="provenance"><h2>Provenance</h2>{_provenance_section(res, cfg_text)}</section>')
-    out.append("</body></html>")
-    return "\n".join(x for x in out if x) + "\n"
+                items.append(Fragment("<details><summary>Paired comparisons</summary>" + to_html(st) + "</details>",
+                                      to_markdown(st)))
+        sections.append(Section(SECTION_TITLES[tid], items, id=tid, nav=SECTION_TITLES[tid].split(":")[0]))
+    sections += [
+        Section("Status of every cell", [Fragment(_status_section(res))], id="status", nav="Status"),
+        Section("Cost per cell", [Fragment(_cost_section(res))], id="cost", nav="Cost"),
+        Section("Logs", [Fragment(log_links(res))], id="logs", nav="Logs"),
+        Section("Provenance", [Fragment(_provenance_section(res, cfg_text))], id="provenance", nav="Provenance"),
+    ]
+    intro = [cfg.description] if cfg.description else []
+    intro.append(f"Output root {res.root}; written {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Every "
+                 "number is recomputed from the run folders; re-running the same config reuses every finished cell.")
+    return render_html(Page(f"SourceBench reproduction: {cfg.name}", sections, intro=intro, nav=True, style=CSS))

@@ -1,6 +1,7 @@
-"""The reports' neutral table model (``Table``, ``Figure``) and its Markdown and HTML layout, with every
-free text passed through ``safe``, which masks anything shaped like a credential: a report is meant
-to be shared, and error messages or commands can echo keys."""
+"""The reports' neutral table model (``Table``, ``Figure``, ``Link``) and its one Markdown and HTML
+layout, with every free text passed through ``safe``, which masks anything shaped like a credential
+(the core's ``redact_credentials``): a report is meant to be shared, and error messages or commands
+can echo keys."""
 
 from __future__ import annotations
 
@@ -8,40 +9,20 @@ import base64
 import html
 import math
 import re
-from dataclasses import dataclass
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from dataclasses import dataclass, field
+from typing import Any, Self
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from sourcebench.harness.io import redact_credentials
 
 from .stats import format_p, stars
 
 NA = "—"
 
 
-_SECRET_PATTERNS = [
-    # well-known key prefixes: OpenAI/Anthropic (sk-), Hugging Face, GitHub, Slack, AWS, Google
-    re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"\b(?:hf|ghp|gho|ghs|ghu|github_pat|xox[abpr])_[A-Za-z0-9_\-]{8,}"),
-    re.compile(r"\bAKIA[0-9A-Z]{12,}\b"),
-    re.compile(r"\bAIza[0-9A-Za-z_\-]{20,}"),
-    # long random-looking strings mixing upper case, lower case and digits (hex hashes are spared)
-    re.compile(r"\b(?=[A-Za-z0-9_\-]*[A-Z])(?=[A-Za-z0-9_\-]*[a-z])(?=[A-Za-z0-9_\-]*\d)[A-Za-z0-9_\-]{32,}"),
-]
-# "api_key=...", "--api-key ...", "Authorization: Bearer ...": keep the name, mask the value
-
-
-_SECRET_ASSIGN = re.compile(
-    r"(?i)((?:api[_-]?key|apikey|access[_-]?token|auth[_-]?token|secret|password|passwd)[\"']?\s*[:= ]\s*"
-    r"[\"']?|authorization[\"']?\s*:\s*(?:bearer\s+)?|\bbearer\s+)(?!\*\*\*)[^\s\"',;]+"
-)
-
-
 def safe(value: Any) -> str:
-    """Text with anything credential-shaped masked (``***``)."""
-    text = "" if value is None else str(value)
-    text = _SECRET_ASSIGN.sub(r"\1***", text)
-    for pat in _SECRET_PATTERNS:
-        text = pat.sub("***", text)
-    return text
+    """Text with anything credential-shaped masked (``***``), by the core's redaction."""
+    return redact_credentials("" if value is None else str(value))
 
 
 def safe_url(url: Any) -> str:
@@ -64,6 +45,18 @@ class Table:
     note: str = ""
 
 
+class Link(str):
+    """Cell text that links to ``href`` (a page beside the report, a log viewer URL); elsewhere (CSV,
+    terminal) it is its text."""
+
+    href: str
+
+    def __new__(cls, text: str, href: str) -> Self:
+        out = super().__new__(cls, text)
+        out.href = href
+        return out
+
+
 @dataclass
 class Figure:
     """A PNG in a report section: written next to the report as ``filename``, linked from the
@@ -73,6 +66,50 @@ class Figure:
     filename: str
     png: bytes
     note: str = ""
+
+
+@dataclass
+class Fragment:
+    """Part of a page already rendered by its own formatter (the paper tables of ``reports.render``,
+    whose cells carry marks and deltas), as HTML and as Markdown."""
+
+    html: str
+    markdown: str = ""
+
+
+Item = Table | Figure | Fragment
+
+
+@dataclass
+class Section:
+    """A titled part of a page: ``items`` shown, ``folded`` below them (HTML ``<details>`` titled
+    ``folded_title``; Markdown after every section's shown items), so the result comes first. A
+    section with an ``id`` is an anchor the page's navigation links (``nav``: its label there)."""
+
+    title: str
+    items: list[Item]
+    folded: list[Item] = field(default_factory=list)
+    folded_title: str = "More tables"
+    id: str = ""
+    nav: str = ""
+
+
+@dataclass
+class Page:
+    """A report page. ``banners`` come first (what the numbers below are not), then ``intro``, the
+    sections, ``notes`` (titled lists: definitions, deviations; folded) and the provenance (folded)."""
+
+    title: str
+    sections: list[Section | tuple[str, list[Item]]]
+    banners: list[str] = field(default_factory=list)
+    intro: list[str] = field(default_factory=list)
+    notes: list[tuple[str, list[str]]] = field(default_factory=list)
+    provenance: list[Table] = field(default_factory=list)
+    nav: bool = False  # a bar of links to the sections that have an id
+    style: str = ""  # CSS for what the page's fragments need beyond the tables' own
+
+    def parts(self) -> list[Section]:
+        return [s if isinstance(s, Section) else Section(s[0], list(s[1])) for s in self.sections]
 
 
 def pct(x: float | None) -> str:
@@ -93,6 +130,13 @@ def md_cell(text: str) -> str:
     return re.sub(r"<(?=[A-Za-z/!?])", r"\\<", text)
 
 
+def md_link(c: str) -> str:
+    """A cell as Markdown: a ``Link`` as ``[text](href)``."""
+    if isinstance(c, Link):
+        return f"[{md_cell(c)}]({quote(c.href, safe=':/#?=&%@+~.,-_')})"
+    return md_cell(c)
+
+
 def md_table(t: Table) -> str:
     lines = [
         f"**{md_cell(t.title)}**",
@@ -100,7 +144,7 @@ def md_table(t: Table) -> str:
         "| " + " | ".join(md_cell(h) for h in t.header) + " |",
         "|" + "|".join("---" for _ in t.header) + "|",
     ]
-    lines += ["| " + " | ".join(md_cell(c) for c in r) + " |" for r in t.rows]
+    lines += ["| " + " | ".join(md_link(c) for c in r) + " |" for r in t.rows]
     if t.note:
         lines += ["", f"*{md_cell(t.note)}*"]
     return "\n".join(lines) + "\n"
@@ -111,12 +155,27 @@ def md_figure(f: Figure) -> str:
     return f"**{md_cell(f.title)}**\n\n![{md_cell(f.title)}]({f.filename})\n{note}"
 
 
-def render_markdown(title: str, cap: list[str], sections, provenance: list[Table]) -> str:
-    parts = [f"# {title}", "", *(f"- {md_cell(c)}" for c in cap), ""]
-    for name, tables in sections:
-        parts += [f"## {md_cell(name)}", ""] + [md_figure(t) if isinstance(t, Figure) else md_table(t)
-                                                 for t in tables]
-    parts += ["## Provenance", ""] + [md_table(t) for t in provenance]
+def _md_items(items: list[Item]) -> list[str]:
+    return [t.markdown if isinstance(t, Fragment) else md_figure(t) if isinstance(t, Figure) else md_table(t)
+            for t in items]
+
+
+def render_markdown(page: Page) -> str:
+    """Banners, every section's shown items, then (after the tables) the folded parts, the notes and
+    the provenance."""
+    parts = [f"# {page.title}", ""]
+    parts += [f"> **{md_cell(b)}**\n" for b in page.banners]
+    parts += [*(f"- {md_cell(c)}" for c in page.intro), ""] if page.intro else []
+    sections = page.parts()
+    for s in sections:
+        parts += [f"## {md_cell(s.title)}", "", *_md_items(s.items)]
+    for s in sections:
+        if s.folded:
+            parts += [f"## {md_cell(s.title)}: {md_cell(s.folded_title.lower())}", "", *_md_items(s.folded)]
+    for title, lines in page.notes:
+        parts += [f"## {md_cell(title)}", "", *(f"- {md_cell(c)}" for c in lines), ""]
+    if page.provenance:
+        parts += ["## Provenance", ""] + [md_table(t) for t in page.provenance]
     return "\n".join(parts)
 
 
@@ -131,6 +190,9 @@ tbody tr:nth-child(even){background:#fafafa}.note{color:#555;font-size:.85rem;ma
 ul.caption{color:#333;font-size:.9rem}
 figure{margin:.5rem 0 1.5rem}figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-weight:600;padding:.3rem 0}
+.banner{background:#fff4e5;border:1px solid #e8a33d;padding:.5rem .8rem;margin:.6rem 0;font-weight:600}
+details{margin:.4rem 0 1rem}summary{cursor:pointer;font-weight:600;color:#333}
+nav a{margin-right:.8rem}pre{background:#f7f7f7;padding:.6rem;overflow:auto;font-size:.8rem}
 """
 
 
@@ -142,7 +204,10 @@ def html_table(t: Table) -> str:
     head = "".join(f"<th>{esc(h)}</th>" for h in t.header)
     # value columns are right-aligned and kept on one line; long text (a method's deviations) wraps instead
     # of widening the page
-    cell = lambda i, c: f'<td class="num">{esc(c)}</td>' if i and len(c) <= WRAP_CHARS else f"<td>{esc(c)}</td>"
+    def text(c: str) -> str:
+        return f'<a href="{esc(c.href)}">{esc(c)}</a>' if isinstance(c, Link) else esc(c)
+
+    cell = lambda i, c: f'<td class="num">{text(c)}</td>' if i and len(c) <= WRAP_CHARS else f"<td>{text(c)}</td>"
     body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in t.rows)
     note = f'<p class="note">{esc(t.note)}</p>' if t.note else ""
     return (
@@ -159,21 +224,37 @@ def html_figure(f: Figure) -> str:
             f'<img alt="{esc(f.title)}" src="data:image/png;base64,{data}"></figure>{note}\n')
 
 
-def render_html(title: str, cap: list[str], sections, provenance: list[Table]) -> str:
+def _html_items(items: list[Item]) -> str:
+    return "".join(t.html if isinstance(t, Fragment) else html_figure(t) if isinstance(t, Figure) else html_table(t)
+                   for t in items)
+
+
+def render_html(page: Page) -> str:
+    """One self-contained page: banners, then each section's shown items with its folded part in a
+    ``<details>`` below them, then the notes and the provenance, folded."""
     esc = html.escape
     out = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-        f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>",
-        f"<h1>{esc(title)}</h1>",
-        '<ul class="caption">' + "".join(f"<li>{esc(c)}</li>" for c in cap) + "</ul>",
+        f"<title>{esc(page.title)}</title><style>{_CSS}{page.style}</style></head><body>",
+        f"<h1>{esc(page.title)}</h1>",
+        *(f'<p class="banner">{esc(b)}</p>' for b in page.banners),
     ]
-    for name, tables in sections:
-        out.append(f"<section><h2>{esc(name)}</h2>"
-                   + "".join(html_figure(t) if isinstance(t, Figure) else html_table(t) for t in tables)
-                   + "</section>")
-    out.append(
-        '<section id="provenance"><h2>Provenance</h2>'
-        + "".join(html_table(t) for t in provenance)
-        + "</section></body></html>\n"
-    )
+    if page.intro:
+        out.append('<ul class="caption">' + "".join(f"<li>{esc(c)}</li>" for c in page.intro) + "</ul>")
+    sections = page.parts()
+    if page.nav:
+        out.append("<nav>" + "".join(f'<a href="#{esc(s.id)}">{esc(s.nav or s.title)}</a>' for s in sections if s.id)
+                   + "</nav>")
+    for s in sections:
+        folded = (f"<details><summary>{esc(s.folded_title)}</summary>{_html_items(s.folded)}</details>"
+                  if s.folded else "")
+        anchor = f' id="{esc(s.id)}"' if s.id else ""
+        out.append(f"<section{anchor}><h2>{esc(s.title)}</h2>{_html_items(s.items)}{folded}</section>")
+    for title, lines in page.notes:
+        out.append(f'<details class="notes"><summary>{esc(title)}</summary><ul class="caption">'
+                   + "".join(f"<li>{esc(c)}</li>" for c in lines) + "</ul></details>")
+    if page.provenance:
+        out.append('<details id="provenance"><summary>Provenance</summary>'
+                   + "".join(html_table(t) for t in page.provenance) + "</details>")
+    out.append("</body></html>\n")
     return "\n".join(out)

@@ -130,7 +130,10 @@ def merge_runs(run_dirs: list[Path], out: Path) -> tuple[Merge, Path]:
             return out_rows
 
         results += rename(d.results, True)
-        usage += rename([u for u in d.usage if u.get("method")], False)  # cost of each method as it was paid
+        # cost of each method as it was paid; the invocation numbers are the folder's own (the merged file
+        # keeps each folder's probe rows, from which the reader counts them again)
+        usage += rename([{k: v for k, v in u.items() if k != "invocation"} for u in d.usage if u.get("method")],
+                        False)
         failures += rename([f for f in d.failures if f.get("method")], False)
         methods += [{**e, "name": m.renamed.get((folder, e.get("name")), e.get("name"))}
                     for e in d.run.get("methods") or [] if (folder, e.get("name")) in m.renamed]

@@ -60,21 +60,11 @@ def variant_class(base_cls: type, v: Variant, learn_config: dict[str, Any] | Non
     return type(f"{base_cls.__name__}Variant", (base_cls,), attrs)
 
 
-@contextlib.contextmanager
-def registered(classes: dict[str, type]) -> Iterator[None]:
+def registered(classes: dict[str, type]) -> contextlib.AbstractContextManager[None]:
     """Register alias classes for one runner call, and remove them afterwards (process-local)."""
     from sourcebench.harness import registry
 
-    extra = registry._EXTRA[registry.METHOD_GROUP]  # the run-time table behind register_method
-    saved = {k: extra[k] for k in classes if k in extra}
-    for k, cls in classes.items():
-        registry.register_method(k, cls)
-    try:
-        yield
-    finally:
-        for k in classes:
-            extra.pop(k, None)
-        extra.update(saved)
+    return registry.registered(registry.METHOD_GROUP, classes)
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .audit_labels import COVERAGE_BINS, GROUND_LABELS, KINDS, PRESERVE_LABELS
+from .audit_labels import coverage_bins, ground_labels, kinds, preserve_labels
 from .config import BenchmarkEntry, ExperimentConfig
 from .grid import (
     NA,
@@ -297,7 +297,7 @@ def _audit_table(res: Results, tid: str, name: str, labels: tuple[str, ...], tit
 
 def table3(res: Results) -> ReportTable:
     t = res.cfg.tables.table3
-    return _audit_table(res, "table3", "grounding", GROUND_LABELS, "Table 3: grounding audit of source-model units (%)", [
+    return _audit_table(res, "table3", "grounding", ground_labels(), "Table 3: grounding audit of source-model units (%)", [
         (f"Up to {t.sample or 'all'} units per model (seeded sample, seed {t.seed}) are judged against the source "
          "elements they cite by the run's judge model: supported (every claim entailed), partial (main claim "
          "supported, a detail not), unsupported (the cited evidence does not establish it), contradicted."),
@@ -307,7 +307,7 @@ def table3(res: Results) -> ReportTable:
 
 def table4(res: Results) -> ReportTable:
     t = res.cfg.tables.table4
-    return _audit_table(res, "table4", "preservation", PRESERVE_LABELS, "Table 4: preservation of dropped units (%)", [
+    return _audit_table(res, "table4", "preservation", preserve_labels(), "Table 4: preservation of dropped units (%)", [
         (f"Up to {t.sample or 'all'} units dropped by each learning stage (seeded sample, seed {t.seed}) are compared "
          "by the judge with the later model's units on the same subject: preserved (still represented after "
          "rewording, merging or condensation), lost, or contradicted."),
@@ -498,9 +498,9 @@ def figure4(res: Results) -> list[ReportTable]:
     t = cfg.tables.figure4
     backends, benches = cfg.scope("figure4")
     stages = list(t.stages)
-    kinds = ReportTable("figure4a", "Figure 4a (data): unit kinds per stage (% of units)", [
+    kinds_t = ReportTable("figure4a", "Figure 4a (data): unit kinds per stage (% of units)", [
         ("Share of each unit kind among all units of a stage's model; per-split models averaged; ALL = mean over "
-        "the sources of a benchmark.")], ["Backend", "Source", "Model"], [k.capitalize() for k in KINDS] + ["Units"])
+        "the sources of a benchmark.")], ["Backend", "Source", "Model"], [k.capitalize() for k in kinds()] + ["Units"])
     cond = ReportTable("figure4b", "Figure 4b (data): units with explicit conditions (%)", [
         "Share of units that state explicit applicability conditions."], ["Backend", "Source"],
         [STAGE_LABELS.get(s, s) for s in stages])
@@ -512,10 +512,10 @@ def figure4(res: Results) -> list[ReportTable]:
     acc = ReportTable("figure4d", "Figure 4d (data): accuracy (%) by coverage of the required claims", [
         ("Accuracy of each stage's own variant on the test tasks whose required claims its model represents none, "
         "part or all of; r: point-biserial correlation of coverage with correctness.")],
-        ["Backend", "Benchmark", "Model"], [f"{b} covered" for b in COVERAGE_BINS] + ["n", "r"])
+        ["Backend", "Benchmark", "Model"], [f"{b} covered" for b in coverage_bins()] + ["n", "r"])
     for b in backends:
         for bn in benches:
-            for name, tab in (("kinds", kinds), ("conditions", cond), ("coverage", cov)):
+            for name, tab in (("kinds", kinds_t), ("conditions", cond), ("coverage", cov)):
                 rows, why = _audit_rows(res, b.id, bn.id, name)
                 first = not tab.rows or tab.rows[-1].stub[0] != b.name
                 if rows is None:
@@ -529,8 +529,8 @@ def figure4(res: Results) -> list[ReportTable]:
                         for st in stages:
                             r = next((x for x in rows if x["source"] == s and x["stage"] == st), None)
                             if r:
-                                cells = [text_cell(pct_text(100 * r.get(f"shares:{k}", 0.0))) for k in KINDS]
-                                kinds.rows.append(Row([b.name, f"{bn.name} ({s})", STAGE_LABELS.get(st, st)],
+                                cells = [text_cell(pct_text(100 * r.get(f"shares:{k}", 0.0))) for k in kinds()]
+                                kinds_t.rows.append(Row([b.name, f"{bn.name} ({s})", STAGE_LABELS.get(st, st)],
                                                       cells + [text_cell(f"{r.get('n_units', 0):.0f}")]))
                     continue
                 key = "share" if name == "conditions" else "claim_share"
@@ -548,12 +548,12 @@ def figure4(res: Results) -> list[ReportTable]:
             for st, v in (data.get("accuracy_by_coverage") or {}).items():
                 bins = v.get("bins") or {}
                 cells = [text_cell(pct_text(None if (bins.get(x) or {}).get("accuracy") is None
-                                            else 100 * bins[x]["accuracy"])) for x in COVERAGE_BINS]
+                                            else 100 * bins[x]["accuracy"])) for x in coverage_bins()]
                 r = v.get("point_biserial_r")
                 cells += [text_cell(str(v.get("n", 0))), text_cell(NA if r is None else f"{r:.2f}")]
                 acc.rows.append(Row([b.name, bn.name, STAGE_LABELS.get(st, "all stages" if st == "ALL" else st)],
                                     cells))
-    return [_finish(x) for x in (kinds, cond, cov, acc)]
+    return [_finish(x) for x in (kinds_t, cond, cov, acc)]
 
 
 # -------------------------------------------------------------------------------------- Figure 5

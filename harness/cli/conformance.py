@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,21 +58,6 @@ class Checks:
         self.problems += [Problem(name, f) for f in failures]
         self.report(name, not failures, "; ".join(failures) if failures else detail)
         return not failures
-
-
-@contextmanager
-def _registered(group: str, name: str, cls: Any) -> Iterator[None]:
-    """``cls`` registered under ``name`` for the duration (the previous registration restored after)."""
-    extra = registry._EXTRA[group]
-    had, before = name in extra, extra.get(name)
-    extra[name] = cls
-    try:
-        yield
-    finally:
-        if had:
-            extra[name] = before
-        else:
-            extra.pop(name, None)
 
 
 def _resolve(cls_or_name: type | str) -> tuple[str, Any]:
@@ -148,7 +132,8 @@ def _checked_run(checks: Checks, name: str, cls: Any, workdir: Path, protocols: 
     from sourcebench.adapters.tinywiki import NAME as BENCH
     from sourcebench.adapters.tinywiki import TinyWiki
 
-    with _registered(registry.METHOD_GROUP, name, cls), _registered(registry.BENCHMARK_GROUP, BENCH, TinyWiki):
+    with registry.registered(registry.METHOD_GROUP, {name: cls}), \
+            registry.registered(registry.BENCHMARK_GROUP, {BENCH: TinyWiki}):
         out = workdir / "run"
         baseline = BASELINE if name != BASELINE else "no_source"
         methods = [name, baseline] if protocols else [name]

@@ -94,11 +94,20 @@ def run(a: argparse.Namespace) -> int:
         if not summary["rows_new"] and not summary["rows_done_before"]:
             return 3  # nothing could be scored: say so to scripts too
     if summary.get("degraded"):
-        con.print(f"[red]{len(summary['degraded'])} degraded cell(s), listed above and marked in the report"
-                      + ("" if a.allow_degraded else f"; exit code {EXIT_DEGRADED} (--allow-degraded: 0)") + "[/]")
+        con.print(f"[red]{degraded_message(len(summary['degraded']), a.max_failure_share, a.limit, a.allow_degraded)}[/]")
         if not a.allow_degraded:
             return EXIT_DEGRADED
     return 0
+
+
+def degraded_message(cells: int, max_share: float, limit: int | None, allowed: bool) -> str:
+    """The closing line of a run with degraded cells. The threshold is a share, so in a small run one
+    failure can be the reason: the line says of how many tasks."""
+    per = f"; with --limit {limit}, one failed answer of {limit} is {100 / limit:.0f} %" if limit else ""
+    return (f"{cells} degraded cell(s), listed above and marked in the report: a cell is degraded when more than "
+            f"{100 * max_share:.0f} % of its answers or of a stage's model requests failed (--max-failure-share "
+            f"{max_share:g}, a share of the cell's tasks{per})"
+            + ("" if allowed else f"; exit code {EXIT_DEGRADED} (--allow-degraded: 0)"))
 
 
 def _rerun(a: argparse.Namespace) -> list[str]:

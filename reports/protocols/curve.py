@@ -11,7 +11,7 @@ from typing import Any
 
 from matplotlib.ticker import MaxNLocator
 
-from ..figures import COLORS, _png, plt
+from ..figures import COLORS, plt, png_bytes
 
 FILENAME = "prequential_curve.png"
 
@@ -42,4 +42,4 @@ def prequential_png(methods: list[dict[str, Any]], block_starts: list[int]) -> b
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
-    return _png(fig)
+    return png_bytes(fig)

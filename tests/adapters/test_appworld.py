@@ -35,7 +35,8 @@ from sourcebench.harness.method import Context, answering
 from sourcebench.harness.providers import scripted
 from sourcebench.methods.hybrid_rag import HybridRAG
 from sourcebench.methods.no_source import NoSource
-from sourcebench.reports.leaderboard import _deviations, write_report
+from sourcebench.reports.leaderboard import write_report
+from sourcebench.reports.rundata import deviations
 from tests.adapters.appworld_fakes import FakeEnv
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -210,7 +211,7 @@ def test_deviations_are_declared_and_reach_the_leaderboard():
     d = b.describe()
     assert d["version"] == "2-A" and d["deviations"] == AppWorld.deviations and len(d["deviations"]) >= 4
     assert any(x.startswith("documentation:") for x in d["deviations"])
-    pairs = _deviations({"methods": [{"name": "hybrid_rag", "deviations": ["x"]}], "benchmark": d})
+    pairs = deviations({"methods": [{"name": "hybrid_rag", "deviations": ["x"]}], "benchmark": d})
     assert ("hybrid_rag", "x") in pairs and ("appworld", d["deviations"][0]) in pairs
 
 

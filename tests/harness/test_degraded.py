@@ -46,6 +46,7 @@ def test_a_small_allowance_degrades_every_cell_exits_4_and_says_why(tmp_path, ca
     assert main(_args(out, "--reasoning-tokens", "50")) == EXIT_DEGRADED
     printed = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
     assert "hybrid_rag on" in printed and "degraded: test: 3 of 3 answers failed" in printed
+    assert "more than 10 % of its answers" in printed and "with --limit 3, one failed answer of 3 is 33 %" in printed
     rows = _jsonl(out / "results.jsonl")
     assert all(r["failed"] and r["failure_reason"].startswith("output_cap:") for r in rows)
     assert "Invalid JSON" not in rows[0]["failure_reason"] and "600 reasoning" not in rows[0]["failure_reason"]

@@ -81,7 +81,7 @@ def test_compare_prints_wins_losses_ties_and_writes_a_page(run3, tmp_path, capsy
     assert main(["report", str(run)]) == 0
     board = (run / "report" / "leaderboard.html").read_text()
     for m in METHODS:
-        assert f'title="task by task">{m}</a>' in board
+        assert f'<a href="compare-{m}-vs-' in board and ">task by task</a>" in board
     assert 'href="compare-sourcelearn-vs-hybrid_rag.html"' in board
     for href in {h.split('"')[0] for h in board.split('href="')[1:] if h.startswith("compare-")}:
         assert (run / "report" / href).is_file()

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sourcebench.reports.leaderboard import _main_table, render_csv, summarize
+from sourcebench.reports.board import main_table, summarize
+from sourcebench.reports.leaderboard import render_csv
 from sourcebench.reports.rundata import RunData
 from sourcebench.reports.stats import accuracy_ci, format_delta, format_p, learning_sd, paired_test
 
@@ -42,7 +43,7 @@ def test_delta_is_computed_on_the_paired_tasks_and_a_missing_side_is_marked(tmp_
     assert e["n_pairs"] == 40 and e["incomplete"] and e["a_missing"] == 40
     assert e["p_value"] == pytest.approx(2 * 0.5**8)  # 8 discordant tasks, all for the baseline
     assert e["delta_lo"] < -20.0 < e["delta_hi"] < 0
-    table = _main_table(s[0])
+    table = main_table(s[0])
     row = next(r for r in table.rows if r[0] == "m")
     assert row[2].startswith("-20.0 [") and row[2].endswith("INCOMPLETE")
     assert row[3] == "0.00781"  # no stars for an incomplete comparison
@@ -135,7 +136,7 @@ def test_minimum_detectable_effect_is_reported_and_small_deltas_are_not_resolvab
     # null sd of Δ: sqrt(5) / 40; MDE = (z_0.975 + z_0.80) * sd
     assert e["mde_pp"] == pytest.approx(100 * (1.959964 + 0.841621) * np.sqrt(5) / 40, abs=1e-3)
     assert e["resolvable"] is False
-    row = next(r for r in _main_table(summarize(_run(tmp_path, rows), n_boot=200)[0]).rows if r[0] == "m")
+    row = next(r for r in main_table(summarize(_run(tmp_path, rows), n_boot=200)[0]).rows if r[0] == "m")
     assert row[5] == "15.7 (not resolvable by this run)"
 
 
@@ -190,13 +191,13 @@ def test_a_cell_with_fewer_rows_than_planned_is_incomplete_and_protocol_tables_c
 def test_the_report_shows_each_split_s_realised_guidance_share(tmp_path):
     from sourcebench.harness.data import Task
     from sourcebench.harness.splits import grouped_split, write_manifest
-    from sourcebench.reports.leaderboard import _provenance
+    from sourcebench.reports.board import provenance_tables
 
     tasks = [Task(id=f"a{i}", source_id="s", question="q", reference="r", group="big") for i in range(8)]
     tasks += [Task(id=f"b{i}", source_id="s", question="q", reference="r", group="small") for i in range(2)]
     far = next(sp for sp in (grouped_split("b", "s", tasks, s) for s in range(6)) if len(sp.guidance_ids) == 8)
     write_manifest(tmp_path, far)
-    table = next(t for t in _provenance(_run(tmp_path, []), 0, 100) if t.title == "Splits")
+    table = next(t for t in provenance_tables(_run(tmp_path, []), 0, 100) if t.title == "Splits")
     assert table.rows == [["b", "s", str(far.seed), "8", "2", "80.0 (off target)"]]
     assert "WARNING" in table.note and "guidance share 80 %" in table.note
 

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import inspect_ai.log
 
-from sourcebench.reports.html import _log_links
+from sourcebench.reports.html import log_links
 from sourcebench.reports.layout import Table, html_table
 
 
@@ -25,10 +25,10 @@ def test_logs_of_a_set_aside_method_version_are_marked_superseded(tmp_path, monk
         (folder / "logs" / name).write_bytes(b"")
     monkeypatch.setattr(inspect_ai.log, "read_eval_log", lambda p, header_only: _header(*logs[Path(p).name]))
     rows = [{"method": "sourcelearn", "method_version": "4"}, {"method": "hybrid_rag", "method_version": "1"}]
-    res = SimpleNamespace(cfg=SimpleNamespace(backends=[SimpleNamespace(id="b", name="B")],
+    res = SimpleNamespace(root=tmp_path, cfg=SimpleNamespace(backends=[SimpleNamespace(id="b", name="B")],
                                               benchmarks=[SimpleNamespace(id="town", name="Town")]),
                           folder=lambda b, bn: tmp_path / b / bn, data=lambda b, bn: SimpleNamespace(results=rows))
-    page = _log_links(res, tmp_path / "report")
+    page = log_links(res)
     lines = {name: next(tr for tr in page.split("<tr>") if name in tr) for name in logs}
     assert "superseded (version 3, rows now of version 4)" in lines["old.eval"]
     assert "superseded" not in lines["new.eval"] and "superseded" not in lines["rag.eval"]

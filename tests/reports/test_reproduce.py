@@ -442,7 +442,9 @@ def test_report_has_every_table_figure_and_log_link(toy_run):
     assert page.count('<img alt="figure') == 3 and page.count("data:image/png;base64,") == 3
     assert 'id="table1"' in page and 'id="table6"' in page and "not run" in page
     logs = sorted((toy_run["folder"] / "logs").glob("*.eval"))
-    assert logs and all(f'href="../../scripted/townqa/logs/{p.name}"' in page for p in logs)
+    # each log opens as a page of inspect-ai's viewer serving the output root (inspect view --recursive)
+    assert logs and all(f'href="http://127.0.0.1:7575/#/logs/scripted/townqa/logs/{p.name}"' in page for p in logs)
+    assert "inspect view --recursive --log-dir" in page
     assert "src=\"http" not in page and "<script" not in page  # self-contained, nothing fetched
 
 
