@@ -20,23 +20,23 @@ from ..schema_limits import json_schema_model, schema_json, with_bound_words, wi
 from ..token_budget import DEFAULT_CHARS_PER_TOKEN, TEMPLATE_TOKENS
 from .cache import CallCache
 from .failures import (
-    _CONTEXT_ERROR,
-    _NOT_AN_ANSWER,
-    _chain,
-    _init_error,
-    _is_connection_error,
-    _is_malformed_reply,
-    _n,
-    _not_an_answer,
-    _prompt_tokens_told,
-    _root_error,
-    _short_error,
+    CONTEXT_ERROR,
+    NOT_AN_ANSWER,
+    chain,
+    init_error,
+    is_connection_error,
+    is_malformed_reply,
+    fmt_count,
+    not_an_answer,
+    prompt_tokens_told,
+    root_error,
+    short_error,
 )
 from .ledger import UsageLedger
-from .messages import Message, _norm_messages, _to_inspect
-from .redaction import _guard_inspect_logging, _mask_provider
-from .replies import CallResult, StructuredResult, T, _cut_by_cap, _validate
-from .spec import ModelSpec, _window_words
+from .messages import Message, norm_messages, to_inspect
+from .redaction import guard_inspect_logging, mask_provider
+from .replies import CallResult, StructuredResult, T, cut_by_cap, validate
+from .spec import ModelSpec, window_words
 
 MALFORMED_RETRY_WAIT_S = 1.0  # first wait before re-asking after an unparsable reply (doubles, capped)
 
@@ -99,8 +99,8 @@ class LLM:
                     # same process the first run's server
                     model = get_model(self.spec.name, memoize=False, **kwargs)
                 except Exception as e:  # unknown provider, missing key or package
-                    raise ModelUnavailableError(f"model '{self.spec.name}': {_init_error(e, self.spec.name)}") from None
-                _mask_provider(model)
+                    raise ModelUnavailableError(f"model '{self.spec.name}': {init_error(e, self.spec.name)}") from None
+                mask_provider(model)
                 self._model = model
             return self._model
 
@@ -182,7 +182,7 @@ class LLM:
         stopping.check()  # a SIGTERM whose KeyboardInterrupt was swallowed stops the run here
         if not _counted:
             self.ledger.count_request(method, phase, stage)
-        msgs = _norm_messages(messages)
+        msgs = norm_messages(messages)
         bound = max_tokens or self.spec.max_tokens
         cap = self.spec.output_cap(bound)
         room = None
@@ -203,33 +203,33 @@ class LLM:
         fitted = bool(room) and cap > bound  # an allowance fitted to an estimated room: the server may reject it
         res = await call(cap, defer_overflow=fitted)
         if res.failed and res.overflow and fitted:  # the server's own prompt count decides the cap
-            told = _prompt_tokens_told(res.error)
+            told = prompt_tokens_told(res.error)
             smaller = (self.spec.effective_context_window() or 0) - told if told is not None else bound
             if not bound <= smaller < cap:  # the prompt and its reply bound do not fit: no smaller cap helps
                 self.ledger.add_failure(method, phase, stage, res.error)
                 return res
             cap = room = smaller
             res = await call(cap)
-        if res.failed or not _cut_by_cap(res, bound, schema):
+        if res.failed or not cut_by_cap(res, bound, schema):
             return res
         first = res
         room = room or (await self._room(msgs, bound) if cap else None)
         again = min(2 * cap, max(cap, room)) if cap and room else 2 * cap if cap else None
         if again == cap:  # the window leaves no larger cap to try
-            err = (f"output_cap: output cap {_n(cap)} spent: {_n(res.reasoning_tokens)} reasoning tokens, "
-                   f"{_n(res.output_tokens)} visible; the {_window_words(self.spec)} leaves no larger cap "
-                   f"(reply bound {_n(bound)})")
+            err = (f"output_cap: output cap {fmt_count(cap)} spent: {fmt_count(res.reasoning_tokens)} reasoning tokens, "
+                   f"{fmt_count(res.output_tokens)} visible; the {window_words(self.spec)} leaves no larger cap "
+                   f"(reply bound {fmt_count(bound)})")
             self.ledger.add_failure(method, phase, stage, err)
             return CallResult(res.text, res.input_tokens, res.output_tokens, cached=res.cached, failed=True,
                               error=err, stop_reason=res.stop_reason, reasoning_tokens=res.reasoning_tokens, cap=cap)
         res = await call(again)
-        if res.failed or not _cut_by_cap(res, bound, schema):
+        if res.failed or not cut_by_cap(res, bound, schema):
             return res
         hint = ("raise --reasoning-tokens" if first.reasoning_tokens or res.reasoning_tokens else
                 "no reasoning tokens: the reply itself ran past its bound")
-        err = (f"output_cap: output cap {_n(first.cap)} spent: {_n(first.reasoning_tokens)} reasoning tokens, "
-               f"{_n(first.output_tokens)} visible; retried with {_n(res.cap)}: {_n(res.reasoning_tokens)} "
-               f"reasoning, {_n(res.output_tokens)} visible (reply bound {_n(bound)}; {hint})")
+        err = (f"output_cap: output cap {fmt_count(first.cap)} spent: {fmt_count(first.reasoning_tokens)} reasoning tokens, "
+               f"{fmt_count(first.output_tokens)} visible; retried with {fmt_count(res.cap)}: {fmt_count(res.reasoning_tokens)} "
+               f"reasoning, {fmt_count(res.output_tokens)} visible (reply bound {fmt_count(bound)}; {hint})")
         self.ledger.add_failure(method, phase, stage, err)
         return CallResult(res.text, res.input_tokens, res.output_tokens, cached=res.cached, failed=True, error=err,
                           stop_reason=res.stop_reason, reasoning_tokens=res.reasoning_tokens, cap=res.cap)
@@ -252,7 +252,7 @@ class LLM:
         key = self.cache_key(msgs, cap, temp, json_schema)
         if self.cache is not None:
             hit = self.cache.get(key)
-            if hit is not None and hit.get("stop_reason") not in _NOT_AN_ANSWER:  # an error is no answer
+            if hit is not None and hit.get("stop_reason") not in NOT_AN_ANSWER:  # an error is no answer
                 reasoning = int(hit.get("reasoning_tokens") or 0)
                 self.ledger.add(method, phase, stage, "cached", hit["input_tokens"], hit["output_tokens"], 0.0,
                                 reasoning)
@@ -262,7 +262,7 @@ class LLM:
         if window and not self._counts_exactly():  # an exact provider reports an overflow itself
             est = int(sum(len(m["content"]) for m in msgs) / REFUSE_CHARS_PER_TOKEN)
             if est >= window:  # over: do not spend a call
-                err = f"context_overflow: prompt of ~{est:,} tokens exceeds the {_window_words(self.spec)}"
+                err = f"context_overflow: prompt of ~{est:,} tokens exceeds the {window_words(self.spec)}"
                 self.ledger.add_failure(method, phase, stage, err)
                 self.ledger.add(method, phase, stage, "failed", 0, 0, 0.0)
                 return CallResult("", failed=True, error=err, cap=cap)
@@ -295,7 +295,7 @@ class LLM:
                                      {"type": "json_schema", "json_schema": {
                                          "name": schema.__name__[:64], "schema": json_schema, "strict": True}}}
         model = self.inspect_model()
-        _guard_inspect_logging()
+        guard_inspect_logging()
         t0 = time.perf_counter()
         try:
             if self.gate is None:
@@ -306,16 +306,16 @@ class LLM:
         except asyncio.CancelledError:  # the booking is released below
             raise
         except Exception as e:
-            e = _root_error(e)
-            if _is_connection_error(e):
+            e = root_error(e)
+            if is_connection_error(e):
                 where = self.spec.resolved_base_url() or self.spec.name
-                cause = [x for x in _chain(e)][-1]
+                cause = [x for x in chain(e)][-1]
                 raise ModelUnavailableError(f"model endpoint {where} is unreachable ({type(cause).__name__}: "
                                             f"{redact_secrets(str(cause)[:120], bearer=True)})") from None
-            err = _short_error(e)
-            overflow = bool(_CONTEXT_ERROR.search(err))
+            err = short_error(e)
+            overflow = bool(CONTEXT_ERROR.search(err))
             if overflow:  # vLLM's 400 has no code for inspect to read
-                err = f"context_overflow: the prompt and its cap do not fit the {_window_words(self.spec)} ({err})"
+                err = f"context_overflow: the prompt and its cap do not fit the {window_words(self.spec)} ({err})"
             if not (overflow and defer_overflow):
                 self.ledger.add_failure(method, phase, stage, err)
             self.ledger.add(method, phase, stage, "failed", 0, 0, time.perf_counter() - t0)
@@ -332,7 +332,7 @@ class LLM:
         # providers count reasoning inside output tokens (OpenAI's completion/output tokens): keep them apart
         outp = max(0, int(usage.output_tokens) - reasoning) if usage else len(text) // 4
         stop = str(out.stop_reason or "")
-        err = _not_an_answer(self.spec, out, stop, text, inp if usage else None,
+        err = not_an_answer(self.spec, out, stop, text, inp if usage else None,
                              (outp + reasoning) if usage else None, cap)
         if err:  # never cached: the same request at a larger window, or later, is asked again
             overflow = stop == "model_length"  # the server refused the request (a cut reply is not this)
@@ -361,9 +361,9 @@ class LLM:
         tries = 1 + (5 if max_retries is None else max_retries)
         for attempt in range(tries):
             try:
-                return await model.generate(_to_inspect(msgs), config=config)
+                return await model.generate(to_inspect(msgs), config=config)
             except Exception as e:
-                if attempt + 1 >= tries or not _is_malformed_reply(_root_error(e)):
+                if attempt + 1 >= tries or not is_malformed_reply(root_error(e)):
                     raise
             await asyncio.sleep(min(30.0, MALFORMED_RETRY_WAIT_S * 2**attempt))
         raise AssertionError("unreachable")
@@ -384,16 +384,16 @@ class LLM:
         """A schema-constrained call, validated with pydantic; one retry that shows the validation error.
         ``choices`` restricts string fields by name to the given values in the schema sent (see
         ``with_choices``); the reply is still validated against ``schema`` and callers still check."""
-        msgs = _norm_messages(messages)
+        msgs = norm_messages(messages)
         self.ledger.count_request(method, phase, stage)
         res = await self.generate(msgs, method=method, phase=phase, stage=stage, max_tokens=max_tokens, schema=schema,
                                   choices=choices, max_retries=max_retries, timeout=timeout, _counted=True)
         if res.failed:
             return StructuredResult(None, "", failed=True, error=res.error)
         try:
-            return StructuredResult(_validate(schema, res.text), res.text)
+            return StructuredResult(validate(schema, res.text), res.text)
         except ValidationError as e:
-            first_error = _short_error(e)
+            first_error = short_error(e)
         retry = msgs + [
             {"role": "assistant", "content": res.text},
             {"role": "user", "content": "That reply is not valid JSON for the required schema: "
@@ -404,9 +404,9 @@ class LLM:
         if res2.failed:  # the failed call is already in the ledger with its reason
             return StructuredResult(None, res2.text, failed=True, error=res2.error, attempts=2)
         try:
-            return StructuredResult(_validate(schema, res2.text), res2.text, attempts=2)
+            return StructuredResult(validate(schema, res2.text), res2.text, attempts=2)
         except ValidationError as e:
-            err = f"invalid structured output after retry: {_short_error(e)}"
+            err = f"invalid structured output after retry: {short_error(e)}"
         self.ledger.add_failure(method, phase, stage, err)
         return StructuredResult(None, res2.text, failed=True, error=err, attempts=2)
 

@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from ..io import redact_secrets
-from .spec import ModelSpec, _window_words
+from .spec import ModelSpec, window_words
 
 # Failures to open a connection at all: the endpoint is down or misconfigured, so the whole run stops
 # with a one-line error (and resumes later). A connection dropped after the request was sent, a
@@ -19,15 +19,15 @@ _UNREACHABLE = {"ConnectError", "ConnectionRefusedError", "ConnectTimeout", "gai
 _MALFORMED = {"JSONDecodeError", "APIResponseValidationError"}
 
 
-def _is_connection_error(e: BaseException) -> bool:
-    return bool({type(x).__name__ for x in _chain(e)} & _UNREACHABLE)
+def is_connection_error(e: BaseException) -> bool:
+    return bool({type(x).__name__ for x in chain(e)} & _UNREACHABLE)
 
 
-def _is_malformed_reply(e: BaseException) -> bool:
-    return bool({type(x).__name__ for x in _chain(e)} & _MALFORMED)
+def is_malformed_reply(e: BaseException) -> bool:
+    return bool({type(x).__name__ for x in chain(e)} & _MALFORMED)
 
 
-def _root_error(e: BaseException) -> BaseException:
+def root_error(e: BaseException) -> BaseException:
     """The exception behind tenacity's ``RetryError`` (inspect's retries ran out)."""
     last = getattr(e, "last_attempt", None)
     if type(e).__name__ == "RetryError" and last is not None and last.failed:
@@ -35,7 +35,7 @@ def _root_error(e: BaseException) -> BaseException:
     return e
 
 
-def _chain(e: BaseException):
+def chain(e: BaseException):
     seen = set()
     while e is not None and id(e) not in seen:
         seen.add(id(e))
@@ -43,7 +43,7 @@ def _chain(e: BaseException):
         e = e.__cause__ or e.__context__
 
 
-def _init_error(e: BaseException, name: str) -> str:
+def init_error(e: BaseException, name: str) -> str:
     """inspect's initialisation error on one line, every line of it kept (its first line alone,
     "Unable to initialise ... client", does not say which variable is missing); for an
     ``openai-api/<service>/`` model, the variables it reads."""
@@ -60,30 +60,30 @@ def _init_error(e: BaseException, name: str) -> str:
 # stop reasons of an output that is not the model's answer: inspect turns a provider's context-length
 # error or refusal (HTTP 400 ``context_length_exceeded``, ``content_filter``, an "input length" error)
 # into an output whose text is the provider's error message
-_NOT_AN_ANSWER = {"model_length": "context_overflow", "content_filter": "refused"}
+NOT_AN_ANSWER = {"model_length": "context_overflow", "content_filter": "refused"}
 
 
 # a context-window error that reached this layer as an exception
-_CONTEXT_ERROR = re.compile(r"context_length_exceeded|maximum context length|exceeds? the (available )?context size",
+CONTEXT_ERROR = re.compile(r"context_length_exceeded|maximum context length|exceeds? the (available )?context size",
                             re.IGNORECASE)
 
 
-def _not_an_answer(spec: ModelSpec, out: Any, stop: str, text: str, inp: int | None, spent: int | None,
+def not_an_answer(spec: ModelSpec, out: Any, stop: str, text: str, inp: int | None, spent: int | None,
                    cap: int | None) -> str:
     """Why an output is a provider's error, refusal or cut-off rather than the model's reply ("" if
     it is a reply). inspect returns a context-length error or a refusal as an output whose text is
     the provider's message; llama.cpp's server silently lowers a cap that passes the window, so a
     reply ends as "cut by the cap" having spent fewer tokens than the cap."""
     said = redact_secrets(" ".join(str(out.error or text or stop).split())[:240], bearer=True)
-    if stop in _NOT_AN_ANSWER:
+    if stop in NOT_AN_ANSWER:
         if stop == "model_length":
-            return f"context_overflow: the prompt does not fit the {_window_words(spec)} (provider: {said})"
+            return f"context_overflow: the prompt does not fit the {window_words(spec)} (provider: {said})"
         return f"refused: the provider refused or filtered the request ({stop}: {said})"
     if getattr(out, "error", None):
         return f"model_error: {said}"
     if stop == "max_tokens" and cap and spent is not None and spent < cap:
         return (f"context_overflow: the reply was cut after {spent:,} of its {cap:,}-token cap: the "
-                f"prompt ({_n(inp)} tokens) and the cap pass the {_window_words(spec)}")
+                f"prompt ({fmt_count(inp)} tokens) and the cap pass the {window_words(spec)}")
     return ""
 
 
@@ -92,7 +92,7 @@ def _not_an_answer(spec: ModelSpec, out: Any, stop: str, text: str, inp: int | N
 _PROMPT_TOLD = re.compile(r"([\d,]+) in the messages|request has ([\d,]+) input tokens|\(([\d,]+) tokens, context")
 
 
-def _prompt_tokens_told(error: str) -> int | None:
+def prompt_tokens_told(error: str) -> int | None:
     """The prompt's size in the server's own tokens, from its context-length error (None: not said)."""
     m = _PROMPT_TOLD.search(error)
     if not m:
@@ -100,18 +100,18 @@ def _prompt_tokens_told(error: str) -> int | None:
     return int(next(g for g in m.groups() if g).replace(",", ""))
 
 
-def _n(x: int | None) -> str:
+def fmt_count(x: int | None) -> str:
     return "none" if x is None else f"{x:,}"
 
 
-def _short_error(e: BaseException) -> str:
+def short_error(e: BaseException) -> str:
     """``Type: message`` on one line, secrets masked (servers may echo the request's credentials)."""
-    e = _root_error(e)
+    e = root_error(e)
     raw = str(e).strip()
     if raw.startswith("Request:"):  # inspect's ModelGenerateError: the request dumped, then the provider's error
         raw = raw.rsplit("\n\n", 1)[-1].strip() or raw
     s = raw.replace("\n", " ")
-    cause = list(_chain(e))[-1]
+    cause = list(chain(e))[-1]
     if cause is not e and len(s) < 80:  # a generic wrapper ("Connection error."): name the cause
         s += f" ({type(cause).__name__}: {str(cause).strip().splitlines()[0][:160] if str(cause).strip() else ''})"
     return f"{type(e).__name__}: {redact_secrets(s, bearer=True)[:300]}"

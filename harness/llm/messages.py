@@ -7,13 +7,13 @@ from typing import Any
 Message = dict[str, str]  # {"role": "system"|"user"|"assistant", "content": str}
 
 
-def _norm_messages(messages: str | list[Message]) -> list[Message]:
+def norm_messages(messages: str | list[Message]) -> list[Message]:
     if isinstance(messages, str):
         return [{"role": "user", "content": messages}]
     return [{"role": m["role"], "content": m["content"]} for m in messages]
 
 
-def _to_inspect(messages: list[Message]) -> list[Any]:
+def to_inspect(messages: list[Message]) -> list[Any]:
     from inspect_ai.model import ChatMessageAssistant, ChatMessageSystem, ChatMessageUser
 
     out = []

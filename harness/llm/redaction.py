@@ -9,7 +9,7 @@ import logging
 from typing import Any
 
 from ..io import redact_secrets, secret_values
-from .failures import _chain
+from .failures import chain
 
 
 class _RedactingLogFilter(logging.Filter):
@@ -63,7 +63,7 @@ def _mask_exception(e: BaseException) -> None:
     """Mask credentials in an exception and its causes in place: its type, status code and retry
     class stay what inspect's retry and this layer's classification read."""
     secrets = secret_values()
-    for x in _chain(e):
+    for x in chain(e):
         with contextlib.suppress(Exception):
             args = _masked(x.args, secrets)
             if args is not x.args:
@@ -105,7 +105,7 @@ def _mask_reply(result: Any) -> Any:
     return fresh
 
 
-def _mask_provider(model: Any) -> None:
+def mask_provider(model: Any) -> None:
     """Mask credentials in whatever leaves the provider of ``model``, before inspect records it.
 
     inspect writes a failed call's error, traceback and error body into the sample's transcript in
@@ -130,7 +130,7 @@ def _mask_provider(model: Any) -> None:
     api._sourcebench_masked = True
 
 
-def _guard_inspect_logging() -> None:
+def guard_inspect_logging() -> None:
     """Put the redacting filter on inspect's log handler (it exists once an eval has started)."""
     for name in ("", "inspect_ai"):
         for h in logging.getLogger(name).handlers:

@@ -35,7 +35,7 @@ class StructuredResult:
     attempts: int = 1
 
 
-def _cut_by_cap(res: CallResult, bound: int, schema: type[BaseModel] | None) -> bool:
+def cut_by_cap(res: CallResult, bound: int, schema: type[BaseModel] | None) -> bool:
     """Whether the output cap, not the model, ended this reply before it was usable: finish reason
     ``length`` with an empty reply, a structured reply that does not parse, or a plain reply shorter
     than its bound because reasoning took the budget. A plain reply the bound itself cut is a reply
@@ -46,14 +46,14 @@ def _cut_by_cap(res: CallResult, bound: int, schema: type[BaseModel] | None) -> 
         return True
     if schema is not None:
         try:
-            _validate(schema, res.text)
+            validate(schema, res.text)
             return False
         except ValidationError:
             return True
     return res.reasoning_tokens > 0 and res.output_tokens < bound
 
 
-def _validate(schema: type[T], text: str) -> T:
+def validate(schema: type[T], text: str) -> T:
     """Parse a structured reply. JSON with raw control characters inside strings (a literal newline
     in a long "reasoning", which llama.cpp's schema grammar lets through) is read as such, since its
     meaning is unambiguous; anything else invalid raises the original validation error."""

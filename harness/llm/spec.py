@@ -141,7 +141,7 @@ def reasoning_family(name: str) -> bool:
     return bool(_REASONING_FAMILY.search(name.split("/", 1)[-1] if "/" in name else name))
 
 
-def _window_words(spec: ModelSpec) -> str:
+def window_words(spec: ModelSpec) -> str:
     window = spec.effective_context_window()
     if not window:
         return "model's context window"
