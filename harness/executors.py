@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 from .errors import ConfigError, SourceBenchError
 
 if TYPE_CHECKING:
+    from .planner import Cell
     from .runner import RunConfig, Runner
 
 EXECUTORS = ("local", "ray")
@@ -43,12 +44,12 @@ class LocalExecutor:
     per sample in inspect-ai alone, which caps one process at about 33 tasks/s whatever the
     endpoint's concurrency (see benchmarks/throughput_bench.py)."""
 
-    async def execute(self, runner: Runner, pending: list, done: set) -> None:
+    async def execute(self, runner: Runner, pending: list[Cell], done: set) -> None:
         n = runner.cfg.test_processes
         if n <= 1:
-            await runner._preflight()
-            cells = await runner._learn_all(pending)
-            await runner._test_all(cells, done)
+            await runner.preflight()
+            cells = await runner.learn(pending)
+            await runner.test(cells, done)
             return
         import concurrent.futures
         import math
@@ -71,8 +72,8 @@ class LocalExecutor:
             # spawned workers copy the environment: each gets its share of the model contexts
             with patch.dict(os.environ, {"SOURCEBENCH_LOCAL_INSTANCES": str(local)} if local else {}):
                 warm = [asyncio.wrap_future(pool.submit(type(runner).warm_worker)) for _ in range(n - 1)]
-            await runner._preflight()
-            cells = await runner._learn_all(pending)
+            await runner.preflight()
+            cells = await runner.learn(pending)
             await asyncio.gather(*warm)
             runner.log(f"test phase: {n} processes, each with 1/{n} of every cell's tasks"
                        + (f" and {conns} connection(s)" if conns else ""))
@@ -80,7 +81,7 @@ class LocalExecutor:
                        for i in range(1, n)]
             runner.use_shard((0, n), conns, samples)
             try:
-                results = await asyncio.gather(runner._test_all(cells, done), *futures, return_exceptions=True)
+                results = await asyncio.gather(runner.test(cells, done), *futures, return_exceptions=True)
             finally:
                 runner.use_shard(None, cfg.max_connections, cfg.max_samples)
         runner.live_calls += sum(int(r.get("live_calls", 0)) for r in results if isinstance(r, dict))
@@ -130,8 +131,8 @@ class RayExecutor:
             raise ConfigError(f"--ray-address {where}: cannot connect to Ray ({msg})") from None
         return ray
 
-    async def execute(self, runner: Runner, pending: list, done: set) -> None:
-        await runner._preflight()
+    async def execute(self, runner: Runner, pending: list[Cell], done: set) -> None:
+        await runner.preflight()
         ray = self._init()
         try:
             task = ray.remote(num_cpus=1, max_retries=0)(type(runner).run_share)
@@ -139,21 +140,22 @@ class RayExecutor:
                            display="none",
                            data_dir=runner.cfg.data_dir.resolve() if runner.cfg.data_dir else None)
             by_source: dict[str, tuple[list[str], list[int]]] = {}
-            for method, (source, split, _g, _t) in pending:
-                ms, ss = by_source.setdefault(source.id, ([], []))
-                if method.name not in ms:
-                    ms.append(method.name)
-                if split.seed not in ss:
-                    ss.append(split.seed)
+            for cell in pending:
+                ms, ss = by_source.setdefault(cell.source.id, ([], []))
+                if cell.method.name not in ms:
+                    ms.append(cell.method.name)
+                if cell.seed not in ss:
+                    ss.append(cell.seed)
             # the run's connection budget is shared by the tasks running at once (each gets its share)
             learn_base = _share(base, runner.connections, len(by_source))
             learn = [(f"learn {sid}", task.remote(replace(learn_base, methods=ms, sources=[sid], seeds=ss), "learn"))
                      for sid, (ms, ss) in by_source.items()]
             await self._gather(ray, learn, runner)
             test_base = _share(base, runner.connections, len(pending))
-            test = [(f"{m.name}/{p[0].id}/seed{p[1].seed}",
-                     task.remote(replace(test_base, methods=[m.name], sources=[p[0].id], seeds=[p[1].seed]), "test"))
-                    for m, p in pending]
+            test = [(f"{c.method.name}/{c.source.id}/seed{c.seed}",
+                     task.remote(replace(test_base, methods=[c.method.name], sources=[c.source.id], seeds=[c.seed]),
+                                 "test"))
+                    for c in pending]
             runner.log(f"ray: {len(learn)} learn task(s) done, {len(test)} test cell(s) submitted")
             await self._gather(ray, test, runner)
             from .inspect_tasks import scrub_logs, unfinished_logs

@@ -183,8 +183,8 @@ class RunSession:
         return self._plans
 
     def artifact_inputs(self, method: Method, plan: Plan, guidance: list[Task] | None = None) -> dict[str, Any]:
-        return self.runner._artifact_inputs(method, plan.source, plan.split,
-                                            plan.guidance if guidance is None else guidance)
+        return self.runner.artifact_inputs(method, plan.source, plan.split,
+                                           plan.guidance if guidance is None else guidance)
 
     def run_artifact(self, method: Method, plan: Plan) -> Path | None:
         """The frozen artifact the run's test phase used for this cell, or None if it was never learned."""
@@ -217,7 +217,7 @@ class RunSession:
 
     def flush(self, plan: Plan | None) -> None:
         """Append the calls counted so far to the run's usage.jsonl / failures.jsonl."""
-        self.runner._flush_usage(self.ledger, plan.source.id if plan else "", plan.seed if plan else None)
+        self.runner.flush_usage(self.ledger, plan.source.id if plan else "", plan.seed if plan else None)
 
     @property
     def live_calls(self) -> int:
