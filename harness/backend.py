@@ -40,11 +40,11 @@ class Backend:
 
     def __init__(self, cfg: RunConfig, needs_judge: bool, out: Path, log: Callable[[str], None] = lambda _: None):
         self.log = log
-        b = cfg
+        b = cfg.backend
         # the run's connection budget (--max-connections, else the provider's default): one gate for every
         # call of this process; inspect's own per-model limit is set to the same number so that it never
         # binds tighter than the gate
-        self.connections = cfg.max_connections or default_max_connections(b.model)
+        self.connections = cfg.execution.max_connections or default_max_connections(b.model)
         self.gate = CallGate(self.connections)
         retry = {"max_retries": b.max_retries, "timeout": b.timeout, "attempt_timeout": b.attempt_timeout,
                  "max_connections": self.connections}
@@ -61,7 +61,7 @@ class Backend:
         if self.cache_dir.exists() and not self.cache_dir.is_dir():
             raise ConfigError(f"--cache-dir {self.cache_dir}: not a directory")
         self.cache = CallCache(self.cache_dir / "llm_calls.sqlite")
-        bu = cfg
+        bu = cfg.budget
         self.budget = Budget.create(bu.max_cost, bu.price_input, bu.price_output, Path(out) / "usage.jsonl")
 
     def llm(self, spec: ModelSpec, ledger: UsageLedger) -> LLM:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, SourceBenchError
@@ -60,9 +59,9 @@ class LocalExecutor:
         # the run's connection budget is shared: each process gets 1/n of it for the test phase
         conns = math.ceil(runner.connections / n) if runner.connections else None
         samples = math.ceil(cfg.max_samples / n) if cfg.max_samples else None
-        base = replace(cfg, out=runner.out.resolve(), test_processes=1, display="none",
-                       max_connections=conns, max_samples=samples,
-                       data_dir=cfg.data_dir.resolve() if cfg.data_dir else None)
+        base = cfg.evolve(out=runner.out.resolve(), test_processes=1, display="none",
+                          max_connections=conns, max_samples=samples,
+                          data_dir=cfg.data_dir.resolve() if cfg.data_dir else None)
         local = _local_share(cfg, n)
         if local and conns is None:
             conns = local  # this process's share of the cores (its pool keeps its size for learning)
@@ -77,7 +76,7 @@ class LocalExecutor:
             await asyncio.gather(*warm)
             runner.log(f"test phase: {n} processes, each with 1/{n} of every cell's tasks"
                        + (f" and {conns} connection(s)" if conns else ""))
-            futures = [asyncio.wrap_future(pool.submit(type(runner).run_share, replace(base, task_shard=(i, n)), "test"))
+            futures = [asyncio.wrap_future(pool.submit(type(runner).run_share, base.evolve(task_shard=(i, n)), "test"))
                        for i in range(1, n)]
             runner.use_shard((0, n), conns, samples)
             try:
@@ -136,9 +135,8 @@ class RayExecutor:
         ray = self._init()
         try:
             task = ray.remote(num_cpus=1, max_retries=0)(type(runner).run_share)
-            base = replace(runner.cfg, out=runner.out.resolve(), executor="local", ray_address=None,
-                           display="none",
-                           data_dir=runner.cfg.data_dir.resolve() if runner.cfg.data_dir else None)
+            base = runner.cfg.evolve(out=runner.out.resolve(), executor="local", ray_address=None, display="none",
+                                     data_dir=runner.cfg.data_dir.resolve() if runner.cfg.data_dir else None)
             by_source: dict[str, tuple[list[str], list[int]]] = {}
             for cell in pending:
                 ms, ss = by_source.setdefault(cell.source.id, ([], []))
@@ -148,12 +146,12 @@ class RayExecutor:
                     ss.append(cell.seed)
             # the run's connection budget is shared by the tasks running at once (each gets its share)
             learn_base = _share(base, runner.connections, len(by_source))
-            learn = [(f"learn {sid}", task.remote(replace(learn_base, methods=ms, sources=[sid], seeds=ss), "learn"))
+            learn = [(f"learn {sid}", task.remote(learn_base.evolve(methods=ms, sources=[sid], seeds=ss), "learn"))
                      for sid, (ms, ss) in by_source.items()]
             await self._gather(ray, learn, runner)
             test_base = _share(base, runner.connections, len(pending))
             test = [(f"{c.method.name}/{c.source.id}/seed{c.seed}",
-                     task.remote(replace(test_base, methods=[c.method.name], sources=[c.source.id], seeds=[c.seed]),
+                     task.remote(test_base.evolve(methods=[c.method.name], sources=[c.source.id], seeds=[c.seed]),
                                  "test"))
                     for c in pending]
             runner.log(f"ray: {len(learn)} learn task(s) done, {len(test)} test cell(s) submitted")
@@ -184,7 +182,7 @@ def _share(cfg: RunConfig, connections: int | None, n: int) -> RunConfig:
     """``cfg`` for one of ``n`` tasks that run at once: its share of the run's connection budget."""
     import math
 
-    return replace(cfg, max_connections=math.ceil(connections / max(1, n))) if connections else cfg
+    return cfg.evolve(max_connections=math.ceil(connections / max(1, n))) if connections else cfg
 
 
 def get_executor(name: str, ray_address: str | None = None, test_processes: int = 1) -> LocalExecutor | RayExecutor:

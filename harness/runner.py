@@ -14,7 +14,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from sourcebench.harness.benchmark import Benchmark
 from .artifacts import ArtifactStore
 from .backend import Backend
 from .budget import CallGate
+from .config import BackendConfig, BudgetConfig, DataConfig, ExecutionConfig, RunConfig
 from .data import Answer, Source, Split, Task
 from .embeddings import Embedder, get_embedder
 from .errors import BudgetExceeded, ConfigError, DataError, ModelUnavailableError
@@ -31,92 +32,13 @@ from .health import build_health
 from .io import atomic_write_json, read_json
 from .llm import CallCache, ModelSpec, UsageLedger
 from .method import Context, LearnContext, Method
-from .options import check_seeds
 from .planner import Cell, Plan, Planner, check_element_ids, limit_tasks, shard_of
 from .provenance import command_line, git_commit, package_versions
 from .registry import get_benchmark_class, get_method_class, method_code
 from .runfolder import RunFolder, RunLock, row_key
 
-__all__ = ["Cell", "LearnedCell", "Plan", "RunConfig", "RunFolder", "RunLock", "Runner", "check_element_ids",
-           "limit_tasks", "row_key", "shard_of"]
-
-
-@dataclass
-class RunConfig:
-    benchmark: str
-    methods: list[str]
-    model: str
-    out: Path
-    judge_model: str | None = None
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    limit: int | None = None
-    guidance_limit: int | None = None
-    sources: list[str] | None = None
-    data_dir: Path | None = None
-    options: dict[str, str] = field(default_factory=dict)
-    method_configs: dict[str, dict[str, Any]] = field(default_factory=dict)
-    embedder: str = "auto"
-    max_tokens: int = 512
-    temperature: float = 0.0
-    context_window: int | None = None
-    reasoning_effort: str | None = None  # the solver's (inspect-ai GenerateConfig); None: the provider's default
-    judge_reasoning_effort: str | None = None  # the judge's; None: the provider's default
-    # reasoning allowance added to every reply bound on a reasoning backend (None: the effort's default,
-    # llm.UNLIMITED: no cap sent), for the solver and the judge
-    reasoning_tokens: int | None = None
-    judge_reasoning_tokens: int | None = None
-    # a cell whose learning stage (or test phase) failed more than this share of its calls is degraded
-    max_failure_share: float = 0.10
-    # --max-cost (USD, with per-million-token prices): stop before a live call would pass it
-    max_cost: float | None = None
-    price_input: float | None = None
-    price_output: float | None = None
-    max_samples: int | None = None
-    display: str = "none"
-    # model-call robustness: bounded retries make a persistent fault a scored failure (see ModelSpec)
-    max_retries: int | None = 5
-    timeout: int | None = None
-    attempt_timeout: int | None = None
-    max_connections: int | None = None
-    executor: str = "local"  # local | ray (harness/executors.py)
-    ray_address: str | None = None
-    # local executor: test tasks of every cell split over this many processes (one event loop each)
-    test_processes: int = 1
-    task_shard: tuple[int, int] | None = None  # (i, n): a worker tests only the tasks of shard i of n
-    # cells learned at the same time; None: every pending cell at once for a served model (the connection
-    # budget bounds their calls), one at a time for a local/ one (see Runner.learn_concurrency)
-    learn_concurrency: int | None = None
-    # model-call and embedding caches; None: OUT/cache. A folder shared by several runs answers a call
-    # that any of them made (same model, settings, messages) without asking the model again
-    cache_dir: Path | None = None
-    rerun: list[str] = field(default_factory=list)  # methods whose artifacts and rows are made again
-
-    def __post_init__(self) -> None:
-        self.seeds = check_seeds(self.seeds, "seeds")
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every setting, JSON-ready. Saved whole in ``run.json`` so that whatever runs on the folder later
-        (a protocol that calls the model again, a resume) rebuilds exactly this configuration."""
-        return _config_adapter().dump_python(self, mode="json")
-
-    @classmethod
-    def from_dict(cls, data: Any) -> RunConfig:
-        """The configuration ``to_dict`` wrote, validated (types, and the fields it must have)."""
-        from pydantic import ValidationError
-
-        try:
-            return _config_adapter().validate_python(dict(data) if isinstance(data, dict) else data)
-        except ValidationError as e:
-            err = e.errors()[0]
-            where = ".".join(str(x) for x in err.get("loc", ())) or "config"
-            raise DataError(f"run configuration: {where}: {err.get('msg')}") from None
-
-
-@functools.cache
-def _config_adapter() -> Any:
-    from pydantic import TypeAdapter
-
-    return TypeAdapter(RunConfig)
+__all__ = ["BackendConfig", "BudgetConfig", "Cell", "DataConfig", "ExecutionConfig", "LearnedCell", "Plan",
+           "RunConfig", "RunFolder", "RunLock", "Runner", "check_element_ids", "limit_tasks", "row_key", "shard_of"]
 
 
 @dataclass
@@ -177,7 +99,7 @@ class Runner:
         self.executor = get_executor(cfg.executor, cfg.ray_address, cfg.test_processes)
         self.folder = RunFolder(self.out)
         if cfg.cache_dir:  # absolute, so worker processes (--test-processes, Ray) open the same one
-            cfg = self.cfg = replace(cfg, cache_dir=Path(cfg.cache_dir).resolve())
+            cfg = self.cfg = cfg.evolve(cache_dir=Path(cfg.cache_dir).resolve())
         self.backend = Backend(cfg, self.bench.needs_judge_model, self.out, self.log)
         self.planner = Planner(self.bench, cfg.seeds, cfg.sources, cfg.limit, cfg.guidance_limit)
         self.store = ArtifactStore(self.out / "artifacts")
@@ -636,7 +558,7 @@ class Runner:
     def use_shard(self, shard: tuple[int, int] | None, max_connections: int | None, max_samples: int | None) -> None:
         """Test only shard ``shard`` (i, n) of every cell's tasks, with these limits (``--test-processes``:
         the driver takes shard 0 while worker processes take the others); ``None`` restores a whole run."""
-        self.cfg = replace(self.cfg, task_shard=shard, max_connections=max_connections, max_samples=max_samples)
+        self.cfg = self.cfg.evolve(task_shard=shard, max_connections=max_connections, max_samples=max_samples)
         self.backend.use_connections(max_connections, self.cfg.model)
 
     def max_cells(self, n: int) -> int:

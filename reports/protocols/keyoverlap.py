@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from sourcebench.harness.config import recorded_data_dir
 from sourcebench.harness.data import Split, Task
 from sourcebench.harness.errors import SourceBenchError
 from sourcebench.harness.runner import limit_tasks
@@ -35,7 +36,6 @@ from sourcebench.harness.splits import load_manifest
 
 from ..rundata import RunData, benchmarks, methods_of
 from ..stats import accuracy_ci, macro_accuracy, paired_test
-from .session import _data_dir_of
 
 GROUPS = ("all", "some", "none")
 NO_KEYS = "no keys"
@@ -118,7 +118,7 @@ def _benchmark(data: RunData, name: str, data_dir: Path | None) -> Any:
 
     meta = data.run.get("benchmark") or {}
     options = meta.get("options") if isinstance(meta, dict) else None
-    return get_benchmark_class(name)(data_dir=data_dir or _data_dir_of(data.run), options=options or {})
+    return get_benchmark_class(name)(data_dir=data_dir or recorded_data_dir(data.run), options=options or {})
 
 
 def _splits(run_dir: Path, benchmark: str) -> dict[tuple[str, int], Split]:
