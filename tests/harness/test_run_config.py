@@ -24,8 +24,8 @@ from sourcebench.harness.config import (
     recorded_data_dir,
 )
 from sourcebench.harness.errors import DataError
+from sourcebench.harness.protocols.session import run_config
 from sourcebench.harness.runner import Runner
-from sourcebench.reports.protocols.session import run_config
 
 GROUPS = {"data": DataConfig, "backend": BackendConfig, "execution": ExecutionConfig, "budget": BudgetConfig}
 

@@ -96,3 +96,18 @@ def test_a_pending_cell_is_a_typed_frozen_cell(tmp_path):
     done = {cell.key(runner.bench.name, t) for t in cell.tests}
     assert cell.todo(runner.bench.name, done) == []
     assert cell not in runner.planner.pending(runner.methods, plans, done)
+
+
+def test_the_protocols_in_reports_build_no_runner_and_no_model_client():
+    """Re-entering a run folder on its backend (``RunSession``: the runner, the call cache, the clients) is
+    the core's (harness/protocols/); the protocols under reports/ get their calls from a session."""
+    built = []
+    for path in sorted((ROOT / "reports" / "protocols").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+                    "Runner", "LLM", "ProtocolLLM", "ArtifactStore", "CallCache"):
+                built.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.func.id}(...)")
+    assert built == []
+    from sourcebench.harness.protocols.session import RunSession
+
+    assert RunSession.__module__ == "sourcebench.harness.protocols.session"

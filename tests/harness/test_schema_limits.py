@@ -511,7 +511,7 @@ STRUCTURED_CALLS = {
     "methods/sourcelearn/selfstudy/observe.py": (1, 1), "methods/sourcelearn/selfstudy/plan.py": (1, 1),
     "methods/sourcelearn/taskguided/diagnose.py": (1, 1), "methods/sourcelearn/taskguided/lessons.py": (2, 1),
     "methods/sourcelearn/taskguided/policy.py": (1, 0), "methods/sourcelearn/taskguided/refine.py": (1, 0),
-    "reports/protocols/session.py": (1, 0),  # passes the methods' calls on (a BoundLLM that records prompts)
+    "harness/protocols/session.py": (1, 0),  # passes the methods' calls on (a BoundLLM that records prompts)
 }
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,13 +20,14 @@ from pydantic import ValidationError
 
 from sourcebench.harness.artifacts import MANIFEST, ArtifactStore
 from sourcebench.harness.config import BackendConfig, DataConfig, ExecutionConfig, RunConfig
-from sourcebench.harness.data import Answer, Score, Source, Split, Task
+from sourcebench.harness.data import Answer, Score, Task
 from sourcebench.harness.embeddings import get_embedder
 from sourcebench.harness.errors import DataError, ModelUnavailableError
 from sourcebench.harness.io import read_json
 from sourcebench.harness.llm import LLM, BoundLLM, Message, ModelSpec, UsageLedger
 from sourcebench.harness.method import Context, Method, answering
-from sourcebench.harness.runner import Runner, limit_tasks
+from sourcebench.harness.planner import Plan, limit_tasks
+from sourcebench.harness.runner import Runner
 from sourcebench.harness.splits import load_manifest, manifest_path
 
 PHASE = "protocol"
@@ -61,20 +62,6 @@ class ProtocolLLM(BoundLLM):
         self._record(messages)
         return await self.llm.structured(messages, schema, method=self.method, phase=PHASE,
                                          stage=self._stage(stage), **kw)
-
-
-@dataclass
-class Plan:
-    """One (source, split seed) cell of the run, with the guidance and test tasks the run used."""
-
-    source: Source
-    split: Split
-    guidance: list[Task]
-    tests: list[Task]
-
-    @property
-    def seed(self) -> int:
-        return self.split.seed
 
 
 def run_config(run_dir: Path, methods: list[str] | None = None, data_dir: Path | None = None) -> RunConfig:
