@@ -75,6 +75,11 @@ class LearnedCell:
 
 
 class Runner:
+    """One run on one folder: the planner's pending cells learned (once per artifact) and tested on the
+    backend, rows and counters appended to the run folder. Executors, inspect tasks and protocols use its
+    public cell API (``preflight``, ``learn``, ``test``, ``context``, ``artifact_inputs``, ``result_row``,
+    ``append_row``, ``flush_usage``)."""
+
     LEARN_LOG_INTERVAL_S = 30.0  # least time between two call-count lines of a learning cell in a log file
     # least time between two writes of a learning cell's call counts to usage.jsonl: a build can take
     # hours, and a killed process must not take the cost of the calls it made with it
