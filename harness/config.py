@@ -15,7 +15,15 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.dataclasses import dataclass
 from pydantic_core import ArgsKwargs
 
@@ -39,6 +47,13 @@ class DataConfig(BaseModel):
     seeds: list[int] = Field(default_factory=lambda: [0, 1, 2])
     limit: int | None = None
     guidance_limit: int | None = None
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds_as_given(cls, v: Any, info: ValidationInfo) -> Any:
+        """Seeds given in code or on the command line must be integers as given (``"0"`` or ``True`` is a
+        mistake, not a seed); a recorded configuration is type-checked by validation first."""
+        return v if (info.context or {}).get("recorded") else check_seeds(v, "seeds")
 
     @field_validator("seeds")
     @classmethod
@@ -158,7 +173,8 @@ class RunConfig:
         """The configuration ``to_dict`` wrote (or an earlier version's flat one), validated: a bad value is
         a one-line DataError naming ``where`` and the field."""
         try:
-            return _adapter().validate_python(dict(data) if isinstance(data, dict) else data)
+            return _adapter().validate_python(dict(data) if isinstance(data, dict) else data,
+                                              context={"recorded": True})
         except ValidationError as e:
             err = e.errors()[0]
             loc = ".".join(str(x) for x in err.get("loc", ())) or "config"
