@@ -105,14 +105,14 @@ def learn_once(benchmark: str, method: str, connections: int, out: Path, seeds: 
     setattr(llm_mod.LLM, inner_name, staged)
     from sourcebench.harness import runner as runner_mod
 
-    test_all = runner_mod.Runner._test_all
-    runner_mod.Runner._test_all = no_test  # type: ignore[method-assign]
+    test_all = runner_mod.Runner.test
+    runner_mod.Runner.test = no_test  # type: ignore[method-assign]
     try:
         Runner(cfg).run()
     finally:
         llm_mod.LLM._generate_retrying_malformed = original  # type: ignore[method-assign]
         setattr(llm_mod.LLM, inner_name, inner)
-        runner_mod.Runner._test_all = test_all  # type: ignore[method-assign]
+        runner_mod.Runner.test = test_all  # type: ignore[method-assign]
     calls = [c for c in calls if c[0] != ""]  # the preflight probe
     return {"calls": calls}
 

@@ -23,12 +23,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigError, SourceBenchError
 
 if TYPE_CHECKING:
+    from .planner import Cell
     from .runner import RunConfig, Runner
 
 EXECUTORS = ("local", "ray")
@@ -43,12 +43,12 @@ class LocalExecutor:
     per sample in inspect-ai alone, which caps one process at about 33 tasks/s whatever the
     endpoint's concurrency (see benchmarks/throughput_bench.py)."""
 
-    async def execute(self, runner: Runner, pending: list, done: set) -> None:
+    async def execute(self, runner: Runner, pending: list[Cell], done: set) -> None:
         n = runner.cfg.test_processes
         if n <= 1:
-            await runner._preflight()
-            cells = await runner._learn_all(pending)
-            await runner._test_all(cells, done)
+            await runner.preflight()
+            cells = await runner.learn(pending)
+            await runner.test(cells, done)
             return
         import concurrent.futures
         import math
@@ -59,9 +59,9 @@ class LocalExecutor:
         # the run's connection budget is shared: each process gets 1/n of it for the test phase
         conns = math.ceil(runner.connections / n) if runner.connections else None
         samples = math.ceil(cfg.max_samples / n) if cfg.max_samples else None
-        base = replace(cfg, out=runner.out.resolve(), test_processes=1, display="none",
-                       max_connections=conns, max_samples=samples,
-                       data_dir=cfg.data_dir.resolve() if cfg.data_dir else None)
+        base = cfg.evolve(out=runner.out.resolve(), test_processes=1, display="none",
+                          max_connections=conns, max_samples=samples,
+                          data_dir=cfg.data_dir.resolve() if cfg.data_dir else None)
         local = _local_share(cfg, n)
         if local and conns is None:
             conns = local  # this process's share of the cores (its pool keeps its size for learning)
@@ -71,16 +71,16 @@ class LocalExecutor:
             # spawned workers copy the environment: each gets its share of the model contexts
             with patch.dict(os.environ, {"SOURCEBENCH_LOCAL_INSTANCES": str(local)} if local else {}):
                 warm = [asyncio.wrap_future(pool.submit(type(runner).warm_worker)) for _ in range(n - 1)]
-            await runner._preflight()
-            cells = await runner._learn_all(pending)
+            await runner.preflight()
+            cells = await runner.learn(pending)
             await asyncio.gather(*warm)
             runner.log(f"test phase: {n} processes, each with 1/{n} of every cell's tasks"
                        + (f" and {conns} connection(s)" if conns else ""))
-            futures = [asyncio.wrap_future(pool.submit(type(runner).run_share, replace(base, task_shard=(i, n)), "test"))
+            futures = [asyncio.wrap_future(pool.submit(type(runner).run_share, base.evolve(task_shard=(i, n)), "test"))
                        for i in range(1, n)]
             runner.use_shard((0, n), conns, samples)
             try:
-                results = await asyncio.gather(runner._test_all(cells, done), *futures, return_exceptions=True)
+                results = await asyncio.gather(runner.test(cells, done), *futures, return_exceptions=True)
             finally:
                 runner.use_shard(None, cfg.max_connections, cfg.max_samples)
         runner.live_calls += sum(int(r.get("live_calls", 0)) for r in results if isinstance(r, dict))
@@ -130,30 +130,30 @@ class RayExecutor:
             raise ConfigError(f"--ray-address {where}: cannot connect to Ray ({msg})") from None
         return ray
 
-    async def execute(self, runner: Runner, pending: list, done: set) -> None:
-        await runner._preflight()
+    async def execute(self, runner: Runner, pending: list[Cell], done: set) -> None:
+        await runner.preflight()
         ray = self._init()
         try:
             task = ray.remote(num_cpus=1, max_retries=0)(type(runner).run_share)
-            base = replace(runner.cfg, out=runner.out.resolve(), executor="local", ray_address=None,
-                           display="none",
-                           data_dir=runner.cfg.data_dir.resolve() if runner.cfg.data_dir else None)
+            base = runner.cfg.evolve(out=runner.out.resolve(), executor="local", ray_address=None, display="none",
+                                     data_dir=runner.cfg.data_dir.resolve() if runner.cfg.data_dir else None)
             by_source: dict[str, tuple[list[str], list[int]]] = {}
-            for method, (source, split, _g, _t) in pending:
-                ms, ss = by_source.setdefault(source.id, ([], []))
-                if method.name not in ms:
-                    ms.append(method.name)
-                if split.seed not in ss:
-                    ss.append(split.seed)
+            for cell in pending:
+                ms, ss = by_source.setdefault(cell.source.id, ([], []))
+                if cell.method.name not in ms:
+                    ms.append(cell.method.name)
+                if cell.seed not in ss:
+                    ss.append(cell.seed)
             # the run's connection budget is shared by the tasks running at once (each gets its share)
             learn_base = _share(base, runner.connections, len(by_source))
-            learn = [(f"learn {sid}", task.remote(replace(learn_base, methods=ms, sources=[sid], seeds=ss), "learn"))
+            learn = [(f"learn {sid}", task.remote(learn_base.evolve(methods=ms, sources=[sid], seeds=ss), "learn"))
                      for sid, (ms, ss) in by_source.items()]
             await self._gather(ray, learn, runner)
             test_base = _share(base, runner.connections, len(pending))
-            test = [(f"{m.name}/{p[0].id}/seed{p[1].seed}",
-                     task.remote(replace(test_base, methods=[m.name], sources=[p[0].id], seeds=[p[1].seed]), "test"))
-                    for m, p in pending]
+            test = [(f"{c.method.name}/{c.source.id}/seed{c.seed}",
+                     task.remote(test_base.evolve(methods=[c.method.name], sources=[c.source.id], seeds=[c.seed]),
+                                 "test"))
+                    for c in pending]
             runner.log(f"ray: {len(learn)} learn task(s) done, {len(test)} test cell(s) submitted")
             await self._gather(ray, test, runner)
             from .inspect_tasks import scrub_logs, unfinished_logs
@@ -182,7 +182,7 @@ def _share(cfg: RunConfig, connections: int | None, n: int) -> RunConfig:
     """``cfg`` for one of ``n`` tasks that run at once: its share of the run's connection budget."""
     import math
 
-    return replace(cfg, max_connections=math.ceil(connections / max(1, n))) if connections else cfg
+    return cfg.evolve(max_connections=math.ceil(connections / max(1, n))) if connections else cfg
 
 
 def get_executor(name: str, ray_address: str | None = None, test_processes: int = 1) -> LocalExecutor | RayExecutor:

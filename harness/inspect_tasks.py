@@ -7,7 +7,6 @@ immediately, which is what makes runs resumable at task granularity.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import re
 import struct
@@ -30,11 +29,11 @@ from inspect_ai.solver import Generate, TaskState, solver
 from . import callscope
 from .data import Answer, Evidence, Task
 from .errors import BudgetExceeded, ModelUnavailableError
-from .io import append_jsonl, redact_secrets, secret_values
+from .io import redact_secrets, secret_values
 from .method import Context, answering
 
 if TYPE_CHECKING:
-    from .runner import Cell, Runner
+    from .runner import LearnedCell, Runner
 
 
 NOTES_SHOWN_CHARS = 4000  # of a method's own context kept per result row (a whole source model can be huge)
@@ -74,7 +73,7 @@ def sample_id(benchmark: str, source: str, task: Task) -> str:
     return hashlib.blake2b(key.encode(), digest_size=6).hexdigest()
 
 
-def cell_task(runner: Runner, cell: Cell, todo: list[Task]) -> InspectTask:
+def cell_task(runner: Runner, cell: LearnedCell, todo: list[Task]) -> InspectTask:
     by_id = {t.id: t for t in todo}
     ctx = runner.context(Context, cell.method, cell.source, cell.split, cell.ledger, "answer")
     state_holder: dict[str, object] = {}
@@ -129,11 +128,8 @@ def cell_task(runner: Runner, cell: Cell, todo: list[Task]) -> InspectTask:
             else:
                 merged = row
             if merged is not None:
-                # fsync off the event loop (milliseconds per row that would stall every running sample);
-                # awaited, so the row is on disk before inspect counts the sample as done
-                await asyncio.to_thread(append_jsonl, runner.results_path, [merged])
-                runner.rows_written += 1
-            runner._flush_usage(cell.ledger, cell.source.id, cell.split.seed)
+                await runner.append_row(merged)  # on disk before inspect counts the sample as done
+            runner.flush_usage(cell.ledger, cell.source.id, cell.split.seed)
             return InspectScore(value=row["score"], answer=answer.text,
                                 explanation=row["failure_reason"] or str(s.details.get("reasoning", "")),
                                 metadata={"correct": row["correct"], "failed": row["failed"], "judge": s.judge})

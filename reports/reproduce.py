@@ -169,21 +169,32 @@ class Reproduction:
     # -- one folder ---------------------------------------------------------------------------------
     def run_config(self, backend: Backend, bench: BenchmarkEntry, folder: Path, methods: list[str],
                    configs: dict[str, dict[str, Any]]):
-        from sourcebench.harness.runner import RunConfig
+        from sourcebench.harness.config import (
+            BackendConfig,
+            BudgetConfig,
+            DataConfig,
+            ExecutionConfig,
+            RunConfig,
+        )
 
         return RunConfig(
-            benchmark=bench.registered, methods=methods, model=backend.model, out=folder,
-            judge_model=backend.judge_model, seeds=list(self.cfg.seeds),
-            limit=self.limit or bench.limit or self.cfg.limit,
-            guidance_limit=bench.guidance_limit or self.cfg.guidance_limit, sources=bench.sources,
-            data_dir=Path(self.cfg.data_dir) if self.cfg.data_dir else None, options=dict(bench.options),
-            method_configs=configs, embedder=backend.embedder or self.cfg.embedder, max_tokens=backend.max_tokens,
-            temperature=backend.temperature, context_window=backend.context_window,
-            reasoning_effort=backend.reasoning_effort, judge_reasoning_effort=backend.judge_reasoning_effort,
-            reasoning_tokens=_first(self.reasoning_tokens, backend.reasoning_tokens),
-            judge_reasoning_tokens=_first(self.judge_reasoning_tokens, backend.judge_reasoning_tokens),
-            max_failure_share=self.max_failure_share,
-            max_samples=backend.max_samples, display="none", cache_dir=self.cache_dir)
+            out=folder,
+            data=DataConfig(benchmark=bench.registered, methods=methods, method_configs=configs,
+                            options=dict(bench.options), sources=bench.sources,
+                            data_dir=Path(self.cfg.data_dir) if self.cfg.data_dir else None, seeds=list(self.cfg.seeds),
+                            limit=self.limit or bench.limit or self.cfg.limit,
+                            guidance_limit=bench.guidance_limit or self.cfg.guidance_limit),
+            backend=BackendConfig(model=backend.model, judge_model=backend.judge_model,
+                                  embedder=backend.embedder or self.cfg.embedder, max_tokens=backend.max_tokens,
+                                  temperature=backend.temperature, context_window=backend.context_window,
+                                  reasoning_effort=backend.reasoning_effort,
+                                  judge_reasoning_effort=backend.judge_reasoning_effort,
+                                  reasoning_tokens=_first(self.reasoning_tokens, backend.reasoning_tokens),
+                                  judge_reasoning_tokens=_first(self.judge_reasoning_tokens,
+                                                                backend.judge_reasoning_tokens),
+                                  cache_dir=self.cache_dir),
+            execution=ExecutionConfig(max_samples=backend.max_samples, display="none"),
+            budget=BudgetConfig(max_failure_share=self.max_failure_share))
 
     def _run(self, backend: Backend, bench: BenchmarkEntry, folder: Path, todo: list[tuple[Variant, type | None,
              dict[str, Any]]]) -> None:

@@ -267,10 +267,10 @@ def _command_problems(name: str, cmds: list[Any]) -> list[str]:
 
 
 def _entry_problems(out: Path, name: str, method: Method) -> list[str]:
-    from sourcebench.reports.protocols.entries import (
+    from sourcebench.harness.protocols.entries import (
         entry_access,  # lazy: imported only when the protocols are checked
     )
-    from sourcebench.reports.protocols.session import RunSession
+    from sourcebench.harness.protocols.session import RunSession
 
     access = entry_access(method)
     assert access is not None

@@ -13,11 +13,12 @@ from sourcebench.reports.protocols import NEEDS_MODEL, compute, parse_protocols
 from sourcebench.reports.protocols.cli import add_settings as add_protocol_settings
 from sourcebench.reports.protocols.cli import protocol_list, settings_of
 
+from ..config import BackendConfig, BudgetConfig, DataConfig, ExecutionConfig, RunConfig
 from ..errors import ConfigError
 from ..health import EXIT_DEGRADED
 from ..llm import parse_model_spec
 from ..options import add_run_arguments, key_values, method_configs, resolve_guidance_limit
-from ..runner import RunConfig, Runner
+from ..runner import Runner
 from .common import EPILOG, console
 
 
@@ -63,21 +64,22 @@ def run(a: argparse.Namespace) -> int:
             configs[v.alias] = {**configs[v.method], **configs.get(v.alias, {})}
     out = a.out or Path("runs") / f"{a.benchmark}-{a.model.replace('/', '_')}"
     display = a.display or ("plain" if sys.stdout.isatty() else "none")
-    cfg = RunConfig(benchmark=a.benchmark, methods=a.methods, model=a.model, judge_model=a.judge_model,
-                    seeds=a.seeds, limit=a.limit, guidance_limit=resolve_guidance_limit(a.limit, a.guidance_limit),
-                    sources=a.sources, out=out,
-                    data_dir=a.data_dir, options=key_values(a.opt, "--opt"), method_configs=configs,
-                    embedder=a.embedder, max_tokens=a.max_tokens, temperature=a.temperature,
-                    context_window=a.context_window, reasoning_effort=a.reasoning_effort,
-                    judge_reasoning_effort=a.judge_reasoning_effort,
-                    reasoning_tokens=a.reasoning_tokens, judge_reasoning_tokens=a.judge_reasoning_tokens,
-                    max_failure_share=a.max_failure_share, max_cost=a.max_cost, price_input=a.price_input,
-                    price_output=a.price_output,
-                    max_samples=a.max_samples, display=display,
-                    max_connections=a.max_connections, max_retries=a.max_retries,
-                    attempt_timeout=a.attempt_timeout, timeout=a.timeout, executor=a.executor,
-                    ray_address=a.ray_address, test_processes=a.test_processes, cache_dir=a.cache_dir,
-                    learn_concurrency=a.learn_concurrency, rerun=_rerun(a), epochs=a.epochs)
+    cfg = RunConfig(
+        out=out, rerun=_rerun(a),
+        data=DataConfig(benchmark=a.benchmark, methods=a.methods, method_configs=configs,
+                        options=key_values(a.opt, "--opt"), data_dir=a.data_dir, sources=a.sources, seeds=a.seeds,
+                        limit=a.limit, guidance_limit=resolve_guidance_limit(a.limit, a.guidance_limit)),
+        backend=BackendConfig(model=a.model, judge_model=a.judge_model, embedder=a.embedder, max_tokens=a.max_tokens,
+                              temperature=a.temperature, epochs=a.epochs, context_window=a.context_window,
+                              reasoning_effort=a.reasoning_effort, judge_reasoning_effort=a.judge_reasoning_effort,
+                              reasoning_tokens=a.reasoning_tokens, judge_reasoning_tokens=a.judge_reasoning_tokens,
+                              max_retries=a.max_retries, timeout=a.timeout, attempt_timeout=a.attempt_timeout,
+                              cache_dir=a.cache_dir),
+        execution=ExecutionConfig(executor=a.executor, ray_address=a.ray_address, test_processes=a.test_processes,
+                                  learn_concurrency=a.learn_concurrency, max_connections=a.max_connections,
+                                  max_samples=a.max_samples, display=display),
+        budget=BudgetConfig(max_cost=a.max_cost, price_input=a.price_input, price_output=a.price_output,
+                            max_failure_share=a.max_failure_share))
     con = console()
     summary = Runner(cfg, console=con).run()
     con.print(f"done in {summary['seconds']} s: {summary['rows_new']} new result row(s), "

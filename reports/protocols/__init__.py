@@ -93,7 +93,7 @@ def compute(name: str, run_dir: Path, *, methods: list[str] | None = None, basel
 
 def _with_model(name: str, run_dir: Path, methods: list[str] | None, data_dir: Path | None,
                 settings: dict[str, Any], progress: Any) -> dict[str, Any]:
-    from .session import RunSession
+    from sourcebench.harness.protocols.session import RunSession
 
     with RunLock(run_dir):
         session = RunSession(run_dir, methods=methods, data_dir=data_dir)

@@ -51,10 +51,11 @@ from pydantic import BaseModel, ConfigDict
 
 from sourcebench.harness.data import Task, stable_hash
 from sourcebench.harness.method import Context, Method
+from sourcebench.harness.planner import Plan
+from sourcebench.harness.protocols.entries import Entry, EntryAccess, entry_access
+from sourcebench.harness.protocols.session import RunSession, answer_and_score, gather_limited
 
 from ..stats import paired_test
-from .entries import Entry, EntryAccess, entry_access
-from .session import Plan, RunSession, answer_and_score, gather_limited
 
 NAME = "harmful"
 CRITERION = ("harmful: removing the entry raises the mean score on its exposed tasks and the task-level paired test "

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from sourcebench.harness.config import recorded_data_dir
 from sourcebench.harness.data import Split, Task
 from sourcebench.harness.errors import SourceBenchError
 from sourcebench.harness.runner import limit_tasks

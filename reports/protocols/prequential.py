@@ -49,9 +49,10 @@ from pydantic import BaseModel, ConfigDict
 from sourcebench.harness.data import Task, stable_hash
 from sourcebench.harness.io import read_jsonl
 from sourcebench.harness.method import Context, LearnContext, Method
+from sourcebench.harness.planner import Plan
+from sourcebench.harness.protocols.session import RunSession, answer_and_score, gather_limited
 
 from ..stats import macro_accuracy, paired_test
-from .session import Plan, RunSession, answer_and_score, gather_limited
 
 NAME = "prequential"
 

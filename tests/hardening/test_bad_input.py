@@ -281,7 +281,7 @@ CASES = [
     Case("seeds_negative", _opt("--seeds=-1"), "--seeds: -1 is not a non-negative integer"),
     Case("temperature_nan", _opt("--temperature", "nan"), "--temperature: expected a finite number"),
     Case("temperature_infinite", _opt("--temperature", "inf"), "--temperature: expected a finite number"),
-    Case("temperature_negative", _opt("--temperature=-0.5"), "--temperature: expected a temperature >= 0"),
+    Case("temperature_negative", _opt("--temperature=-0.5"), "--temperature: expected a non-negative number"),
     Case("max_cost_negative", _opt("--max-cost=-1"), "--max-cost: expected a non-negative number"),
     Case("price_input_negative", _opt("--price-input=-2", "--price-output", "1"),
          "--price-input: expected a non-negative number"),

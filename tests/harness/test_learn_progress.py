@@ -54,9 +54,9 @@ def test_cells_of_a_local_model_are_tested_one_after_another(tmp_path):
         return Runner(RunConfig(benchmark="phantomwiki", methods=["no_source"], model=model, out=out, seeds=[0],
                                 limit=2, embedder="hash", data_dir=SHARED_DATA))
 
-    assert runner("local/smollm2")._max_cells(6) == 1
-    assert runner("scripted/extractive")._max_cells(6) == 4
-    assert runner("scripted/extractive")._max_cells(2) == 2
+    assert runner("local/smollm2").max_cells(6) == 1
+    assert runner("scripted/extractive").max_cells(6) == 4
+    assert runner("scripted/extractive").max_cells(2) == 2
 
 
 def _learn_totals(path) -> tuple[dict, int]:

@@ -457,7 +457,7 @@ def _property_nodes(node: Any, name: str) -> list[dict[str, Any]]:
 def static_schemas() -> dict[str, type]:
     """Every schema sent without ``choices``, at the largest size its parameters take."""
     from sourcebench.adapters.phantomwiki.benchmark import AnswerSet
-    from sourcebench.harness.runner import _ProbeReply
+    from sourcebench.harness.backend import ProbeReply
     from sourcebench.judges.llm_judge import Verdict
     from sourcebench.methods.awm import WorkflowSet
     from sourcebench.methods.hipporag2.openie import NamedEntities, Triples
@@ -485,7 +485,7 @@ def static_schemas() -> dict[str, type]:
                KeyAnalysis, ReaderStep, NavigatorStep, AtomReply, FirstOrderReply, SecondOrderReply, RelationReply,
                RouteReply, CoverageVerdicts, GroundingJudgement, PreservationJudgement, RequiredClaims, Abstraction,
                ReadingBrief, RegionMap, GroundVerdict, LostMeanings, Narrowed, ProposedBlocks, LessonOut, PolicyDraft,
-               Coverage, _ProbeReply]
+               Coverage, ProbeReply]
     return {c.__name__: c for c in classes}
 
 
@@ -500,7 +500,7 @@ def test_static_schemas_are_within_limits(portable):
 # structured calls per file (``.structured(`` and ``choices=``): a new call must be added above,
 # to static_schemas() or to _stages()
 STRUCTURED_CALLS = {
-    "harness/benchmark.py": (1, 0), "harness/runner.py": (1, 0), "judges/llm_judge.py": (1, 0), "methods/awm.py": (1, 0),
+    "harness/benchmark.py": (1, 0), "harness/backend.py": (1, 0), "judges/llm_judge.py": (1, 0), "methods/awm.py": (1, 0),
     "methods/hipporag2/openie.py": (2, 0), "methods/hipporag2/retrieve.py": (1, 0),
     "methods/kb_curator/curator.py": (2, 0), "methods/kb_curator/reader.py": (1, 0),
     "methods/kb_curator/tools.py": (1, 0), "methods/navigator.py": (1, 0), "methods/rika/atomise.py": (1, 0),
@@ -511,7 +511,7 @@ STRUCTURED_CALLS = {
     "methods/sourcelearn/selfstudy/observe.py": (1, 1), "methods/sourcelearn/selfstudy/plan.py": (1, 1),
     "methods/sourcelearn/taskguided/diagnose.py": (1, 1), "methods/sourcelearn/taskguided/lessons.py": (2, 1),
     "methods/sourcelearn/taskguided/policy.py": (1, 0), "methods/sourcelearn/taskguided/refine.py": (1, 0),
-    "reports/protocols/session.py": (1, 0),  # passes the methods' calls on (a BoundLLM that records prompts)
+    "harness/protocols/session.py": (1, 0),  # passes the methods' calls on (a BoundLLM that records prompts)
 }
 
 

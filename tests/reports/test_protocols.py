@@ -24,13 +24,14 @@ from sourcebench.harness.cli import main
 from sourcebench.harness.data import Answer, Element, Score, Source, Split, Task
 from sourcebench.harness.errors import ConfigError
 from sourcebench.harness.method import Context, LearnContext, Method
+from sourcebench.harness.planner import Plan
+from sourcebench.harness.protocols.entries import Entry, entry_access
 from sourcebench.harness.providers import scripted
 from sourcebench.harness.registry import register_benchmark, register_method
 from sourcebench.harness.runner import RunConfig, Runner
 from sourcebench.reports.leaderboard import write_report
 from sourcebench.reports.protocols import breakeven, default_protocols, keyoverlap, parse_protocols
 from sourcebench.reports.protocols import compute as compute_protocol
-from sourcebench.reports.protocols.entries import Entry, entry_access
 from sourcebench.reports.protocols.harmful import (
     HarmfulSettings,
     judge_entry,
@@ -44,7 +45,6 @@ from sourcebench.reports.protocols.prequential import (
     stream_order,
 )
 from sourcebench.reports.protocols.render import break_even_tables, sparkline
-from sourcebench.reports.protocols.session import Plan
 from sourcebench.reports.rundata import load_run
 
 # ------------------------------------------------------------------------------------------ toy world
@@ -805,7 +805,7 @@ def test_protocol_and_report_commands(toy_run, tmp_path, capsys):
 
 
 def test_answers_are_scored_failures_when_a_method_breaks(toy_run):
-    from sourcebench.reports.protocols.session import RunSession, answer_and_score
+    from sourcebench.harness.protocols.session import RunSession, answer_and_score
 
     class Broken(ToyNotes):
         async def answer(self, task, state, ctx):

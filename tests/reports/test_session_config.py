@@ -14,8 +14,8 @@ import pytest
 
 from sourcebench.adapters.phantomwiki.benchmark import BUNDLED
 from sourcebench.harness.cli import main
+from sourcebench.harness.protocols.session import run_config
 from sourcebench.harness.runner import RunConfig
-from sourcebench.reports.protocols.session import run_config
 
 # what the protocols may set themselves: which methods, and that nothing is displayed
 REBUILT_APART = {"methods", "display", "out"}

@@ -11,20 +11,23 @@ counted in ``usage.jsonl`` under phase ``protocol`` with a ``<protocol>.<stage>`
 from __future__ import annotations
 
 import asyncio
-import shlex
 import traceback
-from dataclasses import dataclass, fields, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
+
 from sourcebench.harness.artifacts import MANIFEST, ArtifactStore
-from sourcebench.harness.data import Answer, Score, Source, Split, Task
+from sourcebench.harness.config import BackendConfig, DataConfig, ExecutionConfig, RunConfig
+from sourcebench.harness.data import Answer, Score, Task
 from sourcebench.harness.embeddings import get_embedder
 from sourcebench.harness.errors import DataError, ModelUnavailableError
 from sourcebench.harness.io import read_json
 from sourcebench.harness.llm import LLM, BoundLLM, Message, ModelSpec, UsageLedger
 from sourcebench.harness.method import Context, Method, answering
-from sourcebench.harness.runner import RunConfig, Runner, limit_tasks
+from sourcebench.harness.planner import Plan, limit_tasks
+from sourcebench.harness.runner import Runner
 from sourcebench.harness.splits import load_manifest, manifest_path
 
 PHASE = "protocol"
@@ -61,55 +64,28 @@ class ProtocolLLM(BoundLLM):
                                          stage=self._stage(stage), **kw)
 
 
-@dataclass
-class Plan:
-    """One (source, split seed) cell of the run, with the guidance and test tasks the run used."""
-
-    source: Source
-    split: Split
-    guidance: list[Task]
-    tests: list[Task]
-
-    @property
-    def seed(self) -> int:
-        return self.split.seed
-
-
-def _data_dir_of(run: dict[str, Any]) -> Path | None:
-    """The ``--data-dir`` the run was started with: from its recorded configuration, or (a folder written
-    before run.json held it) from its recorded command line."""
-    config = run.get("config")
-    if isinstance(config, dict):
-        return Path(config["data_dir"]) if config.get("data_dir") else None
-    try:
-        argv = shlex.split(str(run.get("command") or ""))
-    except ValueError:
-        return None
-    for i, a in enumerate(argv):
-        if a == "--data-dir" and i + 1 < len(argv):
-            return Path(argv[i + 1])
-        if a.startswith("--data-dir="):
-            return Path(a.split("=", 1)[1])
-    return None
-
-
-_CONFIG_FIELDS = {f.name for f in fields(RunConfig)}
-_RETRY_FIELDS = ("max_retries", "timeout", "attempt_timeout", "max_connections")  # call policy, not output
-
-
 def run_config(run_dir: Path, methods: list[str] | None = None, data_dir: Path | None = None) -> RunConfig:
-    """The RunConfig that reproduces the run's backend (model, judge, embedder, limits, configs)."""
+    """The RunConfig of the run's test phase, as ``run.json`` records it (validated; a bad file is a
+    one-line error naming it), for ``methods`` (default: the run's) and shown nowhere."""
     path = Path(run_dir) / "run.json"
     if not path.is_file():
         raise DataError(f"{path}: file not found (not a run folder?)")
     run = read_json(path)
-    if isinstance(run.get("config"), dict):  # the whole configuration of the test phase, as it ran
-        cfg = RunConfig.from_dict(run["config"])
+    if not isinstance(run, dict):
+        raise DataError(f"{path}: expected a JSON object, got {type(run).__name__}")
+    if "config" in run:  # the whole configuration of the test phase, as it ran
+        cfg = RunConfig.load(path)
         names = methods or list(cfg.methods)
-        return replace(cfg, out=Path(run_dir), methods=names, display="none", data_dir=data_dir or cfg.data_dir,
-                       method_configs={n: c for n, c in cfg.method_configs.items() if n in names},
-                       executor="local", ray_address=None, test_processes=1, task_shard=None)
-    # a folder written before run.json held the configuration: what its other fields say
+        return cfg.evolve(out=Path(run_dir), methods=names, display="none", data_dir=data_dir or cfg.data_dir,
+                          method_configs={n: c for n, c in cfg.method_configs.items() if n in names},
+                          executor="local", ray_address=None, test_processes=1, task_shard=None)
+    return _recorded_config(path, run, methods, data_dir)
+
+
+def _recorded_config(path: Path, run: dict[str, Any], methods: list[str] | None,
+                     data_dir: Path | None) -> RunConfig:
+    """A folder written before run.json held the configuration: what its other entries say. Its data
+    folder is ``data_dir`` (the command line it recorded is not parsed for one)."""
     bench = run.get("benchmark") or {}
     bench_name = bench.get("name") if isinstance(bench, dict) else bench
     model = run.get("model") or {}
@@ -118,19 +94,23 @@ def run_config(run_dir: Path, methods: list[str] | None = None, data_dir: Path |
     if not bench_name or not model.get("name"):
         raise DataError(f"{path}: no benchmark or model recorded")
     names = methods or list(configs)
-    return RunConfig(
-        benchmark=str(bench_name), methods=names, model=str(model["name"]), out=Path(run_dir),
-        judge_model=judge.get("name"), seeds=[int(s) for s in run.get("seeds") or [0]],
-        limit=run.get("limit"), guidance_limit=run.get("guidance_limit"),
-        sources=[s["id"] for s in run.get("sources") or [] if isinstance(s, dict)] or None,
-        data_dir=data_dir or _data_dir_of(run),
-        options=dict(bench.get("options") or {}) if isinstance(bench, dict) else {},
-        method_configs={n: configs[n] for n in names if n in configs},
-        embedder=str(run.get("embedder") or "auto"),
-        max_tokens=int(model.get("max_tokens") or 512), temperature=float(model.get("temperature") or 0.0),
-        context_window=model.get("context_window"),
-        **{k: v for k, v in (run.get("execution") or {}).items() if k in _RETRY_FIELDS and k in _CONFIG_FIELDS},
-    )
+    execution = run.get("execution") or {}
+    retries = {k: execution[k] for k in ("max_retries", "timeout", "attempt_timeout") if k in execution}
+    data = DataConfig(benchmark=str(bench_name), methods=names, seeds=[int(s) for s in run.get("seeds") or [0]],
+                      limit=run.get("limit"), guidance_limit=run.get("guidance_limit"),
+                      sources=[s["id"] for s in run.get("sources") or [] if isinstance(s, dict)] or None,
+                      data_dir=data_dir, options=dict(bench.get("options") or {}) if isinstance(bench, dict) else {},
+                      method_configs={n: configs[n] for n in names if n in configs})
+    backend = BackendConfig(model=str(model["name"]), judge_model=judge.get("name"),
+                            embedder=str(run.get("embedder") or "auto"), max_tokens=int(model.get("max_tokens") or 512),
+                            temperature=float(model.get("temperature") or 0.0),
+                            context_window=model.get("context_window"), **retries)
+    try:
+        return RunConfig(out=Path(path.parent), data=data, backend=backend,
+                         execution=ExecutionConfig(max_connections=execution.get("max_connections")))
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise DataError(f"{path}: {'.'.join(str(x) for x in err.get('loc', ()))}: {err.get('msg')}") from None
 
 
 class RunSession:
@@ -183,8 +163,8 @@ class RunSession:
         return self._plans
 
     def artifact_inputs(self, method: Method, plan: Plan, guidance: list[Task] | None = None) -> dict[str, Any]:
-        return self.runner._artifact_inputs(method, plan.source, plan.split,
-                                            plan.guidance if guidance is None else guidance)
+        return self.runner.artifact_inputs(method, plan.source, plan.split,
+                                           plan.guidance if guidance is None else guidance)
 
     def run_artifact(self, method: Method, plan: Plan) -> Path | None:
         """The frozen artifact the run's test phase used for this cell, or None if it was never learned."""
@@ -217,7 +197,7 @@ class RunSession:
 
     def flush(self, plan: Plan | None) -> None:
         """Append the calls counted so far to the run's usage.jsonl / failures.jsonl."""
-        self.runner._flush_usage(self.ledger, plan.source.id if plan else "", plan.seed if plan else None)
+        self.runner.flush_usage(self.ledger, plan.source.id if plan else "", plan.seed if plan else None)
 
     @property
     def live_calls(self) -> int:
