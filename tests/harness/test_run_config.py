@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sourcebench.adapters.phantomwiki import BUNDLED
+from sourcebench.adapters.phantomwiki.benchmark import BUNDLED
 from sourcebench.harness.cli import main
 from sourcebench.harness.config import (
     BackendConfig,
