@@ -221,13 +221,6 @@ def positive_int_list(s: str) -> list[int]:
     return [positive_int(x) for x in non_empty_csv(s)]
 
 
-def temperature(s: str) -> float:
-    x = finite_float(s)
-    if x < 0:
-        raise argparse.ArgumentTypeError(f"expected a temperature >= 0, got {s!r}")
-    return x
-
-
 def add_run_arguments(p: argparse.ArgumentParser, *, required: bool = True, several_connections: bool = False) -> None:
     """Every option of ``run`` but the protocols' (which belong to the reports): ``run`` itself and
     ``estimate``, which takes the same command line to price it (``required=False``: it also takes a
@@ -256,7 +249,7 @@ def add_run_arguments(p: argparse.ArgumentParser, *, required: bool = True, seve
     p.add_argument("--embedder", default="auto", help="auto (local MiniLM if installed, else hash), local, hash, "
                    "openai/<model>")
     p.add_argument("--max-tokens", type=positive_int, default=512, help="max output tokens per call (default 512)")
-    p.add_argument("--temperature", type=temperature, default=0.0, help="sampling temperature (default 0)")
+    p.add_argument("--temperature", type=non_negative_float, default=0.0, help="sampling temperature (default 0)")
     p.add_argument("--epochs", type=positive_int, default=1, help="answers per test task (inspect-ai epochs), for "
                    "a backend that is not deterministic: each is scored and cached under its own key (the solver's "
                    "seed changes with the epoch), the task's score is their mean and the leaderboard shows the "
