@@ -81,7 +81,7 @@ def key_overlap_tables(result: dict[str, Any]) -> list[Table]:
         lead = " ".join(x for x in (f"Test tasks per group ({sizes}).", safe(b.get("note", ""))) if x)
         note = (f"{lead} {result['definition']}. Accuracy with its 95% interval (groups as clusters); Δ: the "
                 "paired statistic vs the reference on the group's items, each task once (seeds averaged), with its "
-                "95% cluster-bootstrap interval and the number of paired tasks (groups); reference: the method's "
+                "95% interval (the paired test inverted) and the number of paired tasks (groups); reference: the method's "
                 f"own zero-learning variant when the run has it, else {safe(result['baseline'])} (baseline); p: "
                 "the leaderboard's paired test, uncorrected; a group with fewer than "
                 f"{low} distinct tasks is too small to compare (no interval, Δ or p); n: distinct tasks (task x "
