@@ -489,3 +489,15 @@ def test_delta_interval_with_sampled_p_uses_the_same_draws():
     def p_at(delta: float) -> float:
         return paired_test([{**r, "score": r["score"] - delta} for r in a], b, seed=11)["p_value"]
     assert p_at(t["ci_hi"] + 1e-6) < 0.05 <= p_at(t["ci_hi"] - 1e-6)
+
+
+def test_docs_worked_example_delta_interval_is_unbounded():
+    # docs/protocols.md "A worked example": three dialogues, p = 2/4; no shift can reach p < 2/8
+    groups = {"t1": "g1", "t2": "g1", "t3": "g2", "t4": "g2", "t5": "g3", "t6": "g3"}
+    method, base = [1, 1, 1, 0, 1, 0], [0, 0, 0, 0, 1, 0]
+    rows = [[{"source": "s", "seed": 0, "task_id": t, "group": g, "score": float(x[i])}
+             for i, (t, g) in enumerate(groups.items())] for x in (method, base)]
+    t = paired_test(*rows)
+    assert t["mean_diff"] == pytest.approx(0.5) and t["p_value"] == pytest.approx(0.5)
+    assert t["ci_lo"] is None and t["ci_hi"] is None
+    assert "too few groups for a 95 % interval (3 groups: the smallest attainable p is 0.25)" in t["reason"]
