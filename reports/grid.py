@@ -260,7 +260,7 @@ def stats_table(t: ReportTable) -> ReportTable | None:
     return ReportTable(f"{t.id}_stats", f"{t.title.split(':')[0]}: paired comparisons", [
         ("Δ: the tested statistic, the mean over sources of the mean per-task difference (method minus "
          "baseline, seeds averaged within a task) on the paired tasks, in points, with its 95% interval, the "
-         "paired test inverted (the shifts δ its sign-flip test of the differences minus δ does not reject at "
+         "paired test inverted (the shifts its sign-flip test of the differences minus the shift does not reject at "
          "5%, so it excludes 0 exactly when p < 0.05; \"—\" with too few groups; conditional on the fixed "
          "sources and the learned artifacts). Paired tasks: the tasks both sides scored on at least one split "
          "seed, in "

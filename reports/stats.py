@@ -35,12 +35,9 @@ CI_METHOD = (
 DELTA_METHOD = (
     "the tested statistic, the mean over sources of the mean per-task difference (method minus baseline; "
     "a task's difference is averaged over the split seeds where both scored it) on the tasks both sides "
-    "scored, in points; its 95% interval inverts the paired test: the shifts δ for which the same cluster "
-    "sign-flip test of the per-task differences minus δ (same groups flipped within the same sources, same "
-    "weights; every sign pattern where p is exact, else p's own seeded draws) is not rejected at 5% "
-    "two-sided, found by bisection, so it excludes 0 exactly when the unadjusted p < 0.05; nothing is "
-    "resampled; with too few groups for any shift to be rejected it is \"—\"; conditional on the fixed "
-    "sources and the learned artifacts"
+    "scored, in points; its 95% interval is the paired test inverted (the shifts that test, subtracted from "
+    "every difference, does not reject at 5%), so it excludes 0 exactly when the unadjusted p < 0.05; "
+    "\"—\" with too few groups; conditional on the fixed sources and the learned artifacts"
 )
 
 # Largest number of matrix cells (resamples x tasks) materialised at once by the resampling loops.
