@@ -261,34 +261,6 @@ def _exact_sign_flip_p(c: np.ndarray) -> float | None:
     return float(min(1.0, probs[np.abs(values) >= abs(float(c.sum())) - tol].sum()))
 
 
-def _sign_flip_p(c: np.ndarray, n_resamples: int, seed: int) -> tuple[float, bool]:
-    """Two-sided p of the sign-flip test of ``sum(c)`` over non-zero ``c``, and whether it is exact.
-
-    Exact when the null has at most ``EXACT_MAX_OUTCOMES`` outcomes (``_exact_sign_flip_p``), else
-    ``n_resamples`` random sign vectors from ``default_rng(seed)`` and p = (hits + 1) / (n_resamples + 1),
-    which is never 0. Written out instead of ``scipy.stats.permutation_test`` (same test) because that
-    one needs ~30 s for 10,000 tasks; here random signs come packed 8 to a byte and sums are one matrix
-    product.
-    """
-    exact = _exact_sign_flip_p(c)
-    if exact is not None:
-        return exact, True
-    k = c.size
-    total = float(c.sum())
-    observed = abs(total)
-    tol = 1e-9 * float(np.abs(c).sum())
-    rng = np.random.default_rng(seed)
-    hits = done = 0
-    block = max(1, _BLOCK_CELLS // k)
-    while done < n_resamples:
-        b = min(block, n_resamples - done)
-        packed = rng.integers(0, 256, size=(b, (k + 7) // 8), dtype=np.uint8)
-        bits = np.unpackbits(packed, axis=1, count=k).astype(np.float64)
-        hits += int(np.count_nonzero(np.abs(2.0 * (bits @ c) - total) >= observed - tol))
-        done += b
-    return (hits + 1) / (n_resamples + 1), False
-
-
 def paired_delta(rows_a: Sequence[Mapping[str, Any]], rows_b: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Δ = the statistic ``paired_test`` tests (no test, no interval): cheap enough for every table cell."""
     tasks, _, _, diff, weights, _, _ = _clusters(rows_a, rows_b)
@@ -360,8 +332,10 @@ class _ShiftedNull:
     statistic is A - δ B with A = s·gsum and B = s·gw, and the observed one is Δ - δ. Each sign outcome
     is stored once as (A, B, probability), which makes the test at any δ one vectorised comparison:
     exact (groups with the same (gsum, gw) form a binomial class, as in ``_exact_sign_flip_p``) when the
-    null has at most ``EXACT_MAX_OUTCOMES`` outcomes, else the ``n_resamples`` sign vectors of
-    ``default_rng(seed)`` drawn exactly as ``_sign_flip_p`` draws them, shared by every δ.
+    null has at most ``EXACT_MAX_OUTCOMES`` outcomes, else ``n_resamples`` random sign vectors from
+    ``default_rng(seed)``, packed 8 to a byte, over every group (a zero-sum group too, so that the
+    reported p at δ = 0 and every shifted test see the same draws), shared by every δ; a sampled
+    p = (hits + 1) / (n_resamples + 1), never 0.
     """
 
     def __init__(self, gsum: np.ndarray, gw: np.ndarray, n_resamples: int, seed: int):
