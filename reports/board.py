@@ -536,7 +536,7 @@ def definitions(data: RunData, baseline: str, seed: int, n_boot: int) -> list[st
     return [
         f"Macro accuracy (%): {AGGREGATION_RULE}.",
         f"95% CI: {CI_METHOD}.",
-        (f"Δ: {DELTA_METHOD} ({n_boot} resamples, seed {seed}); baseline {safe(baseline)}. Δ is not the difference "
+        (f"Δ: {DELTA_METHOD} (seed {seed}); baseline {safe(baseline)}. Δ is not the difference "
          "of the accuracies when a side is missing tasks (INCOMPLETE) or seeds test different task sets; "
          f"with fewer than {MIN_PAIRS} paired tasks, or identical answers on every paired task, nothing is "
          f"tested ({NA})."),
@@ -636,7 +636,7 @@ def forest_figure(b: dict) -> Figure | None:
                       *b.get("substitutes", {}).values(),
                       ("Left: macro accuracy with its 95% interval (groups as clusters within sources), the "
                        "baseline's as a dotted line; right: Δ vs the baseline in pp on the paired tasks (the tested "
-                       "statistic) with its 95% cluster-bootstrap interval and the Holm-adjusted p, as in the table. "
+                       "statistic) with its 95% interval (the paired test inverted) and the Holm-adjusted p, as in the table. "
                        "Red hollow markers and a red name: DEGRADED or INCOMPLETE cells (not comparable, see the "
                        "note).")]))
 

@@ -228,8 +228,8 @@ def forest_png(bench: dict) -> bytes:
     """One benchmark of the leaderboard as a forest plot, from the numbers its table shows.
 
     Left: each method's macro accuracy with its 95% bootstrap interval, the baseline's as a dashed line.
-    Right: its difference from the baseline (pp, the paired Δ that is tested) with its cluster-bootstrap
-    interval and the Holm-adjusted paired p written next to it. A DEGRADED or INCOMPLETE cell is drawn
+    Right: its difference from the baseline (pp, the paired Δ that is tested) with its interval (the
+    paired test inverted) and the Holm-adjusted paired p written next to it. A DEGRADED or INCOMPLETE cell is drawn
     hollow in red and labelled, a method that did not run is named with 'not run'.
     """
     entries = bench["methods"]

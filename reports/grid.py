@@ -46,7 +46,7 @@ class Cell:
     text: str = ""  # preformatted content for non-accuracy cells (counts, tokens, percentages)
     delta: float | None = None  # pp, from displayed values
     delta_exact: float | None = None  # pp, unrounded
-    delta_ci: tuple[float, float] | None = None  # pp, the paired cluster-bootstrap interval of delta
+    delta_ci: tuple[float, float] | None = None  # pp, the paired test's inverted interval of delta
     incomplete: str = ""  # why the comparison's two cells cover different tasks ("" when they do not)
     mark: str = ""  # "best" | "second" | ""
     ci: tuple[float, float] | None = None
@@ -259,9 +259,11 @@ def stats_table(t: ReportTable) -> ReportTable | None:
             text_cell(_flag(s))]))
     return ReportTable(f"{t.id}_stats", f"{t.title.split(':')[0]}: paired comparisons", [
         ("Δ: the tested statistic, the mean over sources of the mean per-task difference (method minus "
-         "baseline, seeds averaged within a task) on the paired tasks, in points, with its 95% BCa cluster-"
-         "bootstrap interval (whole groups resampled within each source; conditional on the fixed sources and "
-         "the learned artifacts). Paired tasks: the tasks both sides scored on at least one split seed, in "
+         "baseline, seeds averaged within a task) on the paired tasks, in points, with its 95% interval, the "
+         "paired test inverted (the shifts its sign-flip test of the differences minus the shift does not reject at "
+         "5%, so it excludes 0 exactly when p < 0.05; \"—\" with too few groups; conditional on the fixed "
+         "sources and the learned artifacts). Paired tasks: the tasks both sides scored on at least one split "
+         "seed, in "
          "that many groups, the unit of the test (a group's tasks flip sign together; sampled: seeded random "
          "sign patterns, the p's Monte Carlo standard error in parentheses). p (Holm): adjusted within the "
          "family named in the table's caption (one per backend and benchmark); m: the tested comparisons of "

@@ -35,9 +35,9 @@ CI_METHOD = (
 DELTA_METHOD = (
     "the tested statistic, the mean over sources of the mean per-task difference (method minus baseline; "
     "a task's difference is averaged over the split seeds where both scored it) on the tasks both sides "
-    "scored, in points; its 95% interval is a BCa cluster bootstrap: within each source (a stratum, not "
-    "resampled) whole groups are drawn with replacement, each resample aggregated like Δ; conditional on "
-    "the fixed sources and the learned artifacts"
+    "scored, in points; its 95% interval is the paired test inverted (the shifts that test, subtracted from "
+    "every difference, does not reject at 5%), so it excludes 0 exactly when the unadjusted p < 0.05; "
+    "\"—\" with too few groups; conditional on the fixed sources and the learned artifacts"
 )
 
 # Largest number of matrix cells (resamples x tasks) materialised at once by the resampling loops.
@@ -261,34 +261,6 @@ def _exact_sign_flip_p(c: np.ndarray) -> float | None:
     return float(min(1.0, probs[np.abs(values) >= abs(float(c.sum())) - tol].sum()))
 
 
-def _sign_flip_p(c: np.ndarray, n_resamples: int, seed: int) -> tuple[float, bool]:
-    """Two-sided p of the sign-flip test of ``sum(c)`` over non-zero ``c``, and whether it is exact.
-
-    Exact when the null has at most ``EXACT_MAX_OUTCOMES`` outcomes (``_exact_sign_flip_p``), else
-    ``n_resamples`` random sign vectors from ``default_rng(seed)`` and p = (hits + 1) / (n_resamples + 1),
-    which is never 0. Written out instead of ``scipy.stats.permutation_test`` (same test) because that
-    one needs ~30 s for 10,000 tasks; here random signs come packed 8 to a byte and sums are one matrix
-    product.
-    """
-    exact = _exact_sign_flip_p(c)
-    if exact is not None:
-        return exact, True
-    k = c.size
-    total = float(c.sum())
-    observed = abs(total)
-    tol = 1e-9 * float(np.abs(c).sum())
-    rng = np.random.default_rng(seed)
-    hits = done = 0
-    block = max(1, _BLOCK_CELLS // k)
-    while done < n_resamples:
-        b = min(block, n_resamples - done)
-        packed = rng.integers(0, 256, size=(b, (k + 7) // 8), dtype=np.uint8)
-        bits = np.unpackbits(packed, axis=1, count=k).astype(np.float64)
-        hits += int(np.count_nonzero(np.abs(2.0 * (bits @ c) - total) >= observed - tol))
-        done += b
-    return (hits + 1) / (n_resamples + 1), False
-
-
 def paired_delta(rows_a: Sequence[Mapping[str, Any]], rows_b: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """Δ = the statistic ``paired_test`` tests (no test, no interval): cheap enough for every table cell."""
     tasks, _, _, diff, weights, _, _ = _clusters(rows_a, rows_b)
@@ -352,6 +324,122 @@ def _cluster_bootstrap(sums: np.ndarray, sizes: np.ndarray, csource: list[Any], 
     return _bca_interval(stat, est, np.array(jack) if jack else np.zeros(1), level)
 
 
+class _ShiftedNull:
+    """The sign-flip null of the shifted statistic, for every shift δ at once.
+
+    Shifting every per-task difference by δ moves group g's contribution to ``gsum[g] - δ * gw[g]``
+    (``gw``: the group's summed task weights, which add up to 1), so under a sign vector s the shifted
+    statistic is A - δ B with A = s·gsum and B = s·gw, and the observed one is Δ - δ. Each sign outcome
+    is stored once as (A, B, probability), which makes the test at any δ one vectorised comparison:
+    exact (groups with the same (gsum, gw) form a binomial class, as in ``_exact_sign_flip_p``) when the
+    null has at most ``EXACT_MAX_OUTCOMES`` outcomes, else ``n_resamples`` random sign vectors from
+    ``default_rng(seed)``, packed 8 to a byte, over every group (a zero-sum group too, so that the
+    reported p at δ = 0 and every shifted test see the same draws), shared by every δ; a sampled
+    p = (hits + 1) / (n_resamples + 1), never 0.
+    """
+
+    def __init__(self, gsum: np.ndarray, gw: np.ndarray, n_resamples: int, seed: int):
+        self.gsum, self.gw = gsum, gw
+        self.total = float(gsum.sum())
+        key = np.stack([np.round(gsum / max(float(np.abs(gsum).sum()), 1e-300), 12), np.round(gw, 12)], axis=1)
+        _, inverse, counts = np.unique(key, axis=0, return_inverse=True, return_counts=True)
+        inverse = np.asarray(inverse).ravel()
+        self.exact = math.prod(int(k) + 1 for k in counts) <= EXACT_MAX_OUTCOMES
+        if self.exact:
+            reps_a = np.bincount(inverse, weights=gsum) / counts
+            reps_b = np.bincount(inverse, weights=gw) / counts
+            a, b, prob = np.zeros(1), np.zeros(1), np.ones(1)
+            for va, vb, k in zip(reps_a, reps_b, counts):
+                j = np.arange(k + 1)
+                a = (a[:, None] + (va * (2 * j - k))[None, :]).ravel()
+                b = (b[:, None] + (vb * (2 * j - k))[None, :]).ravel()
+                prob = (prob[:, None] * _sps.binom.pmf(j, k, 0.5)[None, :]).ravel()
+            self.a, self.b, self.prob, self.n_draws = a, b, prob, None
+        else:
+            k = gsum.size
+            rng = np.random.default_rng(seed)
+            a_parts, b_parts, done = [], [], 0
+            block = max(1, _BLOCK_CELLS // k)
+            while done < n_resamples:
+                m = min(block, n_resamples - done)
+                packed = rng.integers(0, 256, size=(m, (k + 7) // 8), dtype=np.uint8)
+                bits = np.unpackbits(packed, axis=1, count=k).astype(np.float64)
+                a_parts.append(2.0 * (bits @ gsum) - self.total)
+                b_parts.append(2.0 * (bits @ gw) - float(gw.sum()))
+                done += m
+            self.a, self.b, self.prob, self.n_draws = np.concatenate(a_parts), np.concatenate(b_parts), None, n_resamples
+
+    def p(self, delta: float) -> float:
+        """Two-sided p of the test of the shifted differences d - δ, with the tie rule of the unshifted
+        test (a pattern counts when it reaches the observed |statistic| less 1e-9 x the summed |contributions|)."""
+        observed = abs(self.total - delta * float(self.gw.sum()))
+        tol = 1e-9 * float(np.abs(self.gsum - delta * self.gw).sum())
+        hit = np.abs(self.a - delta * self.b) >= observed - tol
+        if self.prob is not None:
+            return float(min(1.0, self.prob[hit].sum()))
+        return (int(np.count_nonzero(hit)) + 1) / (self.n_draws + 1)
+
+
+def _sign_flip_interval(null: _ShiftedNull, p0: float, level: float
+                        ) -> tuple[float | None, float | None, str | None]:
+    """Interval of Δ that inverts the cluster sign-flip test: every δ whose test of d - δ is not rejected.
+
+    Each end is found by bisection between an accepted δ (Δ itself, where p = 1, or 0) and a rejected
+    one (0, or just past the most extreme group mean, where every shifted contribution has one sign and
+    p is the smallest the test can reach), all δ tested on one fixed set of sign vectors (``_ShiftedNull``).
+    Whether 0 is inside is decided by ``p0``, the reported p, so the interval excludes 0 exactly when
+    p0 < 1 - level. Returns (lo, hi, None), or (None, None, reason) when no δ can be rejected, or when
+    every group has the same mean difference (the test then rejects every δ but Δ: a zero-width
+    interval, which is no result).
+    """
+    alpha = round(1.0 - level, 12)
+    gsum, gw = null.gsum, null.gw
+    est = null.total / float(gw.sum())
+    means = gsum / gw
+    span = max(float(np.abs(means).max()), abs(est), 1e-12)
+    if float(means.max() - means.min()) <= 1e-12 * span:
+        return None, None, ("zero-width interval: every group has the same mean difference, so the test "
+                            "rejects every other shift")
+
+    def rejected(delta: float) -> bool:
+        return (p0 if delta == 0.0 else null.p(delta)) < alpha
+
+    ends: list[float] = []
+    for side in (-1.0, 1.0):
+        accepted = est
+        reject_at: float | None = None
+        if side * (0.0 - est) > 0:  # 0 lies on this side of the estimate
+            if rejected(0.0):
+                reject_at = 0.0
+            else:
+                accepted = 0.0
+        if reject_at is None:
+            far = (float(means.min()) if side < 0 else float(means.max())) + side * 1e-6 * span
+            if side * (far - accepted) <= 0:
+                far = accepted + side * 1e-6 * span
+            if not rejected(far):
+                smallest = null.p(far)
+                return None, None, (f"interval —, too few groups for a {100 * level:g} % interval "
+                                    f"({gsum.size} groups: the smallest attainable p is {smallest:.3g})")
+            reject_at = far
+        for _ in range(200):
+            if abs(reject_at - accepted) <= 1e-10 * span:
+                break
+            mid = 0.5 * (accepted + reject_at)
+            if mid in (accepted, reject_at):
+                break
+            if rejected(mid):
+                reject_at = mid
+            else:
+                accepted = mid
+        # an end at 0 up to the tie tolerance (1e-9 x the summed |contributions| blurs where a group's
+        # contribution changes sign) is 0 itself when 0 is accepted: no "-0.0000" end beside p >= 0.05
+        if accepted != 0.0 and abs(accepted) <= 1e-8 * span and not rejected(0.0):
+            accepted = 0.0
+        ends.append(accepted)
+    return ends[0], ends[1], None
+
+
 def min_detectable_effect(se: float | None, m: int = 1, alpha: float = ALPHA, power: float = POWER) -> float | None:
     """Smallest |Δ| detected with probability ``power`` by a two-sided test at level alpha / m.
 
@@ -385,9 +473,13 @@ def paired_test(
     over sources of the mean per-task difference in that source (positive: A is better). Sources are
     strata; within a source, the contributions weight x difference of a group's tasks are summed and
     each group's sum flips sign as one, so copying a task as perfectly correlated group-mates changes
-    neither p nor the interval. ``ci_lo``/``ci_hi``: BCa cluster bootstrap of Δ (``_cluster_bootstrap``),
-    None when every difference is 0 (a zero-width interval is no result). ``null_se``: the standard
-    deviation of Δ under the sign-flip null, the basis of ``min_detectable_effect``.
+    neither p nor the interval. ``ci_lo``/``ci_hi``: the ``level`` interval of Δ that inverts this very
+    test (``_sign_flip_interval``: the δ whose test of d - δ is not rejected, on the same sign patterns),
+    so it excludes 0 exactly when p < 1 - level; a bootstrap interval beside a sign-flip p disagreed with
+    it when groups are few. None when every difference is 0, or, with a ``reason``, when too few groups
+    leave no δ rejectable (an unbounded interval is printed "—", never as a number). ``null_se``: the
+    standard deviation of Δ under the sign-flip null, the basis of ``min_detectable_effect``. ``n_boot``
+    is accepted for callers' signatures and no longer used: nothing here is resampled.
 
     ``test`` is ``mcnemar_exact`` where every group is one task with one binary pair and all sources
     have equal numbers of paired tasks (then the null is Binomial(discordant, 1/2), exact McNemar,
@@ -414,10 +506,12 @@ def paired_test(
         return {**base, "reason": f"fewer than {min_pairs} paired tasks"}
     if np.all(diff == 0):
         return {**base, "reason": "identical on every paired task"}
-    sizes = np.bincount(cidx, minlength=len(csource)).astype(float)
-    dsum = np.bincount(cidx, weights=diff, minlength=len(csource))
-    lo, hi = _cluster_bootstrap(dsum, sizes, csource, n_boot, seed, level)
-    base.update(ci_lo=lo, ci_hi=hi) if hi > lo else base.update(reason="zero-width interval")
+    null = _ShiftedNull(gsum, np.bincount(cidx, weights=weights, minlength=len(csource)), n_resamples, seed)
+
+    def with_interval(out: dict[str, Any]) -> dict[str, Any]:
+        lo, hi, why = _sign_flip_interval(null, out["p_value"], level)
+        return {**out, "ci_lo": lo, "ci_hi": hi, **({"reason": why} if why else {})}
+
     sources = [s for s, _ in tasks]
     n_of = {s: sources.count(s) for s in dict.fromkeys(sources)}
     one_pair = all(a.size == 1 for a in a_scores)
@@ -427,13 +521,15 @@ def paired_test(
         b_only = int(np.count_nonzero(diff < 0))
         disc = a_only + b_only
         p = float(_sps.binomtest(a_only, disc, 0.5).pvalue)
-        return {**base, "test": "mcnemar_exact", "n_discordant": disc, "statistic": a_only, "p_value": p,
-                "exact": True, "n_a_only": a_only, "n_b_only": b_only}
+        return with_interval({**base, "test": "mcnemar_exact", "n_discordant": disc, "statistic": a_only,
+                              "p_value": p, "exact": True, "n_a_only": a_only, "n_b_only": b_only})
     nz = gsum[gsum != 0]
-    p, exact = (1.0, True) if nz.size == 0 else _sign_flip_p(nz, n_resamples, seed)
+    exact_p = 1.0 if nz.size == 0 else _exact_sign_flip_p(nz)
+    # a sampled p is the shifted null's at δ = 0: the very draws the interval is inverted on
+    p, exact = (exact_p, True) if exact_p is not None else (null.p(0.0), False)
     mc = None if exact else float(np.sqrt(p * (1 - p) / n_resamples))
-    return {**base, "test": "paired_permutation", "statistic": mean_diff, "p_value": p, "exact": exact,
-            "n_draws": None if exact else n_resamples, "p_mc_se": mc}
+    return with_interval({**base, "test": "paired_permutation", "statistic": mean_diff, "p_value": p,
+                          "exact": exact, "n_draws": None if exact else n_resamples, "p_mc_se": mc})
 
 
 def format_p(p: float | None, mc_se: float | None = None) -> str:

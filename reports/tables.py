@@ -55,7 +55,7 @@ def _agg(cfg: ExperimentConfig) -> str:
 def _ci(cfg: ExperimentConfig) -> str:
     s = cfg.statistics
     return (f"95% intervals of the accuracy (CSV, HTML): {CI_METHOD}. Intervals of Δ: {DELTA_METHOD} "
-            f"({s.bootstrap_resamples} resamples, seed {s.seed}).")
+            f"(seed {s.seed}).")
 
 
 def _tests(cfg: ExperimentConfig, baseline: str) -> str:
@@ -70,7 +70,7 @@ def _holm(table: ReportTable, family: str) -> None:
 
 DELTA = ("Subscripts: Δ relative to {base}, the tested statistic: the mean over sources of the mean per-task "
          "difference on the tasks both cells scored (seeds averaged within a task), in points, one decimal; its "
-         "95% cluster-bootstrap interval is in the paired-comparisons table and the CSV.")
+         "95% interval (the paired test inverted) is in the paired-comparisons table and the CSV.")
 MARKS = ("Bold: best, underlined: second best {scope}, by displayed value among healthy, complete cells (ties "
          "share a mark; nothing is marked with fewer than two values; a DEGRADED or INCOMPLETE cell is never "
          "marked).")

@@ -221,6 +221,7 @@ def compare_per_task(data: RunData, benchmark: str, method: str, reference: str,
     row["accuracy_delta_pp"] = None if t["mean_diff"] is None else 100.0 * t["mean_diff"]
     row["accuracy_lo_pp"] = None if t["ci_lo"] is None else 100.0 * t["ci_lo"]
     row["accuracy_hi_pp"] = None if t["ci_hi"] is None else 100.0 * t["ci_hi"]
+    row["accuracy_reason"] = t.get("reason")  # why there is no interval ("—"), when there is none
     row["accuracy_pairs"], row["accuracy_groups"] = t["n_pairs"], t["n_groups"]
     row["accuracy_p"], row["accuracy_p_mc_se"] = t["p_value"], t["p_mc_se"]
     return row

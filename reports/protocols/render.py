@@ -69,8 +69,8 @@ def key_overlap_tables(result: dict[str, Any]) -> list[Table]:
                 delta = format_delta(c.get("delta_pp"))
                 if c.get("delta_lo") is not None:
                     delta += f" [{format_delta(c['delta_lo'])}, {format_delta(c['delta_hi'])}]"
-                elif c.get("untested") and c.get("delta_pp") is not None:
-                    delta = f"{NA} ({c['untested']})"
+                elif c.get("untested") and c.get("delta_pp") is not None:  # tested: Δ stays, the interval is —
+                    delta = f"{delta if c.get('p_value') is not None else NA} ({c['untested']})"
                 ref = safe(m.get("reference") or NA) + (" (baseline)" if m.get("reference_kind") == "baseline"
                                                         and m.get("reference") else "")
                 pairs = f"{c['n_pairs']} ({c.get('n_groups', c['n_pairs'])} groups)" if c.get("n_pairs") else NA
@@ -81,7 +81,7 @@ def key_overlap_tables(result: dict[str, Any]) -> list[Table]:
         lead = " ".join(x for x in (f"Test tasks per group ({sizes}).", safe(b.get("note", ""))) if x)
         note = (f"{lead} {result['definition']}. Accuracy with its 95% interval (groups as clusters); Δ: the "
                 "paired statistic vs the reference on the group's items, each task once (seeds averaged), with its "
-                "95% cluster-bootstrap interval and the number of paired tasks (groups); reference: the method's "
+                "95% interval (the paired test inverted) and the number of paired tasks (groups); reference: the method's "
                 f"own zero-learning variant when the run has it, else {safe(result['baseline'])} (baseline); p: "
                 "the leaderboard's paired test, uncorrected; a group with fewer than "
                 f"{low} distinct tasks is too small to compare (no interval, Δ or p); n: distinct tasks (task x "
@@ -181,7 +181,7 @@ def _accuracy_change(m: dict[str, Any]) -> str:
     if m.get("accuracy_lo_pp") is not None:
         out += f" [{format_delta(m['accuracy_lo_pp'])}, {format_delta(m['accuracy_hi_pp'])}]"
     elif m.get("per_task") and m.get("accuracy_delta_pp") is not None:
-        out += f" [{NA}]"
+        out += f" [{NA}]" + (f" ({safe(m['accuracy_reason'])})" if m.get("accuracy_reason") else "")
     return out + (f" ({m['accuracy_pairs']} tasks)" if m.get("accuracy_pairs") else "")
 
 

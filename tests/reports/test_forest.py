@@ -53,7 +53,7 @@ def test_forest_plot_is_written_linked_and_embedded(tmp_path):
     pw = md.split("## phantomwiki", 1)[1].split("## ", 1)[0]
     assert pw.index("phantomwiki: leaderboard") < pw.index("forest_phantomwiki.png")
     assert "**phantomwiki: cost**" not in pw and md.index("forest_phantomwiki.png") < md.index("**phantomwiki: cost**")
-    assert "DEGRADED cells" in pw and "cluster-bootstrap interval and the Holm-adjusted p" in pw
+    assert "DEGRADED cells" in pw and "interval (the paired test inverted) and the Holm-adjusted p" in pw
     # no_source's phantomwiki cell is degraded (tests/reports/test_leaderboard.py): red in its plot only
     assert _red_pixels(paths["forest_phantomwiki.png"].read_bytes()) > 0
     assert _red_pixels(paths["forest_apibench.png"].read_bytes()) == 0

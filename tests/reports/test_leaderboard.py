@@ -187,12 +187,14 @@ def test_write_report_end_to_end(tmp_path):
     assert main[0].startswith("| hybrid_rag (baseline) | 66.7 [")
     # one of the two answers of no_source's (s2, seed 0) cell failed: more than 10 %, so the cell is degraded
     ns = next(ln for ln in main if ln.startswith("| no_source | DEGRADED (29.2 ["))
-    # Δ on the paired tasks with its cluster-bootstrap interval, pairs of tasks (groups), the MDE after Holm,
-    # and the failed share next to the accuracy
+    # Δ on the paired tasks with its interval (the inverted sign-flip test: with 5 groups no shift can reach
+    # p < 0.05, so "—" and why, never a number), pairs of tasks (groups), the MDE after Holm, and the failed
+    # share next to the accuracy
     assert "(10.0% failed))" in ns
     # 5 paired groups: no Δ can reach 80% power at 0.05 (it takes 8 that differ), so no MDE is shown (the CSV
-    # keeps the observed one, 62.9)
-    assert ("| -37.5 [-66.7, -8.3] | 0.250 | 5 of 5 (5 groups) | none possible (< 8 groups) | 5 | 1/10 "
+    # keeps the observed one, 62.9); and no 95% interval (the smallest attainable p is 1/16)
+    assert ("| -37.5 (interval —, too few groups for a 95 % interval (5 groups: the smallest attainable p is "
+            "0.0625)) | 0.250 | 5 of 5 (5 groups) | none possible (< 8 groups) | 5 | 1/10 "
             "| 29.2 ± 17.7 | 17.7 (5 tasks) | 1 |") in ns
     assert "no_source on s2 (seed 0): degraded: test: 1 of 2 answers failed (50 %; model call failed 1)" in md
     assert "| sourcelearn | not run | — | — |" in md
@@ -260,7 +262,7 @@ def test_report_out_dir_and_other_baseline(tmp_path):
     md = paths["md"].read_text()
     assert "| no_source (baseline) | DEGRADED (29.2 [" in md
     # the baseline is degraded: the comparison keeps its numbers but gets no stars
-    assert "| hybrid_rag | 66.7 [" in md and "| +37.5 [+8.3, +59.9] | 0.250 |" in md
+    assert "| hybrid_rag | 66.7 [" in md and "| +37.5 (interval —, too few groups" in md
     again = write_report(run, out_dir=tmp_path / "again", baseline="no_source", n_boot=100)
     assert again["csv"].read_text() == paths["csv"].read_text()  # seeded: identical numbers
 

@@ -382,3 +382,122 @@ def test_paired_value_difference_clusters_by_group_and_counts_each_task_once():
     assert two_seeds["n_pairs"] == 10 and two_seeds["mean_diff"] == pytest.approx(168.0)
     few = paired_value_difference(rows("ref", 1)[:4], rows("m", 1)[:4], value)
     assert few["ci_lo"] is None and "fewer than 5" in few["reason"] and few["mean_diff"] == pytest.approx(137.5)
+
+
+def _grouped(diffs_by_group: list[list[float]], source: str = "s") -> tuple[list[dict], list[dict]]:
+    """Baseline scores 1 in two seeds; the method's per-task difference d in {0, -0.5, -1} over them."""
+    a, b = [], []
+    for g, diffs in enumerate(diffs_by_group):
+        for i, d in enumerate(diffs):
+            for seed in (0, 1):
+                wrong = d <= -1 or (d == -0.5 and seed == 0)
+                key = {"source": source, "seed": seed, "task_id": f"g{g}t{i}", "group": f"g{g}"}
+                a.append({**key, "score": 0.0 if wrong else 1.0})
+                b.append({**key, "score": 1.0})
+    return a, b
+
+
+def test_delta_interval_agrees_with_p_with_few_groups():
+    # the quickstart's shape: 19 paired tasks in 6 groups, 4 of them non-zero, all against the method;
+    # the 2**4 sign patterns of the non-zero groups give p = 2/16 = 0.125, so 0 must be in the interval
+    # (a cluster bootstrap of the same data gave [-20.0, -5.9] pp, excluding it)
+    a, b = _grouped([[-1, 0, 0, 0], [-0.5, 0, 0, 0], [-0.5, 0, 0], [-0.5, 0, 0], [0, 0, 0], [0, 0]])
+    t = paired_test(a, b)
+    assert (t["n_pairs"], t["n_groups"], t["p_value"]) == (19, 6, pytest.approx(0.125))
+    assert t["ci_lo"] < t["mean_diff"] < t["ci_hi"] and t["ci_lo"] <= 0.0 <= t["ci_hi"]
+    # every shift outside the interval is rejected by the same test of the shifted differences, every
+    # shift just inside is not (the inversion, checked against paired_test itself on shifted scores)
+    def p_at(delta: float) -> float:
+        return paired_test([{**r, "score": r["score"] - delta} for r in a], b)["p_value"]
+    for end, outward in ((t["ci_lo"], -1), (t["ci_hi"], 1)):
+        assert p_at(end + outward * 1e-6) < 0.05 <= p_at(end - outward * 1e-6)
+    # six groups: all-same-sign patterns have p = 2/64, so both ends are finite; the lower end is where
+    # the group means (-1/4, -1/8, -1/6, -1/6, 0, 0) make the shifted sum reach that tail
+    assert t["ci_lo"] == pytest.approx(-0.25, abs=1e-6) and t["ci_hi"] == pytest.approx(0.0, abs=1e-6)
+
+
+def test_delta_interval_is_unbounded_with_five_groups_and_never_a_number():
+    # five groups: even an all-same-sign shift has p = 2/32 = 0.0625 > 0.05, so no δ is rejected
+    a, b = _grouped([[-1, -1], [-1, -0.5], [-1], [-0.5, -1], [-1, -1, -1]])
+    t = paired_test(a, b)
+    assert t["p_value"] == pytest.approx(0.0625) and t["mean_diff"] < 0
+    assert t["ci_lo"] is None and t["ci_hi"] is None
+    assert "too few groups for a 95 % interval" in t["reason"] and "0.0625" in t["reason"]
+
+
+def test_delta_interval_of_identical_group_means_is_no_result():
+    # every group loses one of its two tasks: the test rejects every shift but Δ itself, a zero-width
+    # interval, which is printed as "—" with why rather than as [-50.0, -50.0]
+    a, b = _grouped([[-1, 0]] * 8)
+    t = paired_test(a, b)
+    assert t["mean_diff"] == pytest.approx(-0.5) and t["p_value"] == pytest.approx(2 / 2**8)
+    assert t["ci_lo"] is None and "zero-width" in t["reason"]
+
+
+def _random_comparison(rng: np.random.Generator) -> tuple[list[dict], list[dict]]:
+    a, b = [], []
+    binary = rng.random() < 0.5
+    for src in [f"S{k}" for k in range(int(rng.integers(1, 3)))]:
+        n_groups = int(rng.integers(2, 9))
+        seeds = (0,) if rng.random() < 0.5 else (0, 1)
+        effect = rng.normal(0, 0.3)
+        for g in range(n_groups):
+            for i in range(int(rng.integers(1, 4))):
+                for seed in seeds:
+                    key = {"source": src, "seed": seed, "task_id": f"g{g}t{i}", "group": f"g{g}"}
+                    pa, pb = np.clip(0.5 + effect, 0, 1), 0.5
+                    sa = float(rng.random() < pa) if binary else float(np.clip(rng.normal(pa, 0.3), 0, 1))
+                    sb = float(rng.random() < pb) if binary else float(np.clip(rng.normal(pb, 0.3), 0, 1))
+                    a.append({**key, "score": sa})
+                    b.append({**key, "score": sb})
+    return a, b
+
+
+def test_delta_interval_excludes_zero_iff_p_below_005_on_random_small_datasets():
+    rng = np.random.default_rng(3)
+    seen = {"sig": 0, "ns": 0, "unbounded": 0}
+    for _ in range(150):
+        a, b = _random_comparison(rng)
+        t = paired_test(a, b)
+        if t["p_value"] is None:
+            continue
+        if t["ci_lo"] is None:
+            if "zero-width" in t["reason"]:
+                continue
+            assert "too few groups" in t["reason"] and t["p_value"] >= 0.05
+            seen["unbounded"] += 1
+            continue
+        assert t["ci_lo"] <= t["mean_diff"] <= t["ci_hi"]
+        excludes = t["ci_lo"] > 0 or t["ci_hi"] < 0
+        assert excludes == (t["p_value"] < 0.05), t
+        seen["sig" if excludes else "ns"] += 1
+    assert min(seen.values()) >= 3, seen  # the property was exercised on every branch
+
+
+def test_delta_interval_with_sampled_p_uses_the_same_draws():
+    # 30 groups of distinct graded differences: too many outcomes to enumerate, p from 9,999 seeded draws
+    rng = np.random.default_rng(5)
+    diffs = rng.normal(0.08, 0.25, size=30)
+    a = [{"source": "s", "seed": 0, "task_id": f"t{i}", "score": float(d)} for i, d in enumerate(diffs)]
+    b = [{"source": "s", "seed": 0, "task_id": f"t{i}", "score": 0.0} for i in range(30)]
+    t = paired_test(a, b, seed=11)
+    assert t["exact"] is False and t["n_draws"] == 9999
+    assert t["ci_lo"] <= t["mean_diff"] <= t["ci_hi"]
+    assert (t["ci_lo"] > 0 or t["ci_hi"] < 0) == (t["p_value"] < 0.05)
+    assert paired_test(a, b, seed=11) == t  # seeded: the same draws, the same interval
+    # the end is where the shifted test (same seed, same draws) turns: rejected just outside
+    def p_at(delta: float) -> float:
+        return paired_test([{**r, "score": r["score"] - delta} for r in a], b, seed=11)["p_value"]
+    assert p_at(t["ci_hi"] + 1e-6) < 0.05 <= p_at(t["ci_hi"] - 1e-6)
+
+
+def test_docs_worked_example_delta_interval_is_unbounded():
+    # docs/protocols.md "A worked example": three dialogues, p = 2/4; no shift can reach p < 2/8
+    groups = {"t1": "g1", "t2": "g1", "t3": "g2", "t4": "g2", "t5": "g3", "t6": "g3"}
+    method, base = [1, 1, 1, 0, 1, 0], [0, 0, 0, 0, 1, 0]
+    rows = [[{"source": "s", "seed": 0, "task_id": t, "group": g, "score": float(x[i])}
+             for i, (t, g) in enumerate(groups.items())] for x in (method, base)]
+    t = paired_test(*rows)
+    assert t["mean_diff"] == pytest.approx(0.5) and t["p_value"] == pytest.approx(0.5)
+    assert t["ci_lo"] is None and t["ci_hi"] is None
+    assert "too few groups for a 95 % interval (3 groups: the smallest attainable p is 0.25)" in t["reason"]
