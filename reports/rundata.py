@@ -4,7 +4,6 @@ Read-only; every report is computed from this."""
 
 from __future__ import annotations
 
-import shlex
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -273,16 +272,6 @@ def failure_kind(reason: Any) -> str:
     return text[:60]
 
 
-def recorded_data_dir(run: dict[str, Any]) -> Path | None:
-    """The ``--data-dir`` the run was started with: from its recorded configuration, or (a folder written
-    before run.json held it) from its recorded command line."""
-    config = run.get("config")
-    if isinstance(config, dict):
-        return Path(config["data_dir"]) if config.get("data_dir") else None
-    try:
-        argv = shlex.split(str(run.get("command") or ""))
-    except ValueError:
-        return None
     for i, a in enumerate(argv):
         if a == "--data-dir" and i + 1 < len(argv):
             return Path(argv[i + 1])

@@ -34,7 +34,7 @@ from sourcebench.harness.errors import SourceBenchError
 from sourcebench.harness.runner import limit_tasks
 from sourcebench.harness.splits import load_manifest
 
-from ..rundata import RunData, benchmarks, methods_of, recorded_data_dir
+from ..rundata import RunData, benchmarks, methods_of
 from ..stats import accuracy_ci, macro_accuracy, paired_test
 
 GROUPS = ("all", "some", "none")
