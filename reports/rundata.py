@@ -272,12 +272,6 @@ def failure_kind(reason: Any) -> str:
     return text[:60]
 
 
-    for i, a in enumerate(argv):
-        if a == "--data-dir" and i + 1 < len(argv):
-            return Path(argv[i + 1])
-        if a.startswith("--data-dir="):
-            return Path(a.split("=", 1)[1])
-    return None
 
 
 @dataclass
