@@ -496,7 +496,8 @@ def provenance_tables(data: RunData, seed: int, n_boot: int) -> list[Table]:
         ("embedder", describe_settings(run.get("embedder"), EMBEDDER_SETTINGS)),
         ("split seeds", ", ".join(safe(s) for s in run.get("seeds") or []) or NA),
         ("task limit", safe(run.get("limit")) if run.get("limit") is not None else "none"),
-        ("report bootstrap", f"{n_boot} resamples, seed {seed}"),
+        ("report seed, bootstrap",
+         f"seed {seed} (sign-flip draws); {n_boot} bootstrap resamples (break-even saving)"),
     ]
     methods = [
         [
