@@ -55,8 +55,8 @@ from .stats import (
     paired_test_caption,
     per_seed_accuracy,
     sort_key,
-    within_task_sd,
     stars,
+    within_task_sd,
 )
 
 NOT_RUN = "not run"
