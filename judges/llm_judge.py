@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from sourcebench.harness.data import Answer, Score, Task
+from sourcebench.harness.errors import DataError
 
 if TYPE_CHECKING:
     from sourcebench.harness.llm import BoundLLM
@@ -46,3 +47,14 @@ async def llm_judge(task: Task, answer: Answer, judge: BoundLLM) -> Score:
     v: Verdict = res.value  # type: ignore[assignment]
     details["reasoning"] = v.reasoning
     return Score(value=1.0 if v.correct else 0.0, correct=v.correct, details=details, judge=JUDGE_NAME)
+
+
+async def judged_score(benchmark: str, scorer_name: str, task: Task, answer: Answer,
+                       judge: BoundLLM | None) -> Score:
+    """A judged benchmark's score: a failed answer scores 0 with its reason and costs no judge call; a
+    run without a judge model is a one-line error naming the benchmark."""
+    if answer.failed:
+        return Score(value=0.0, correct=False, judge=scorer_name, failed=True, failure_reason=answer.failure_reason)
+    if judge is None:
+        raise DataError(f"{benchmark} needs a judge model (--judge-model)")
+    return await llm_judge(task, answer, judge)

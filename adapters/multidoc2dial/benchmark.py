@@ -36,7 +36,7 @@ from sourcebench.harness.benchmark import Benchmark
 from sourcebench.harness.data import Answer, Element, Score, Source, Task, stable_hash
 from sourcebench.harness.errors import ConfigError, DataError
 from sourcebench.harness.io import read_json
-from sourcebench.judges.llm_judge import JUDGE_NAME, llm_judge
+from sourcebench.judges.llm_judge import JUDGE_NAME, judged_score
 
 DOMAINS = ("dmv", "ssa", "studentaid", "va")
 DOMAIN_NAMES = {"dmv": "New York DMV", "ssa": "Social Security Administration",
@@ -349,8 +349,4 @@ class MultiDoc2Dial(FetchedData, Benchmark):
 
     # -- scoring -----------------------------------------------------------------------------------
     async def score(self, task: Task, answer: Answer, judge=None) -> Score:
-        if answer.failed:
-            return Score(value=0.0, correct=False, judge=self.scorer_name, failed=True, failure_reason=answer.failure_reason)
-        if judge is None:
-            raise DataError("multidoc2dial needs a judge model (--judge-model)")
-        return await llm_judge(task, answer, judge)
+        return await judged_score(self.name, self.scorer_name, task, answer, judge)

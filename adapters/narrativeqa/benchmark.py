@@ -42,7 +42,7 @@ from sourcebench.harness.elements import split_story
 from sourcebench.harness.errors import ConfigError, DataError
 from sourcebench.harness.io import atomic_file, iter_jsonl
 from sourcebench.harness.retrieval import EXCERPT_CHARS
-from sourcebench.judges.llm_judge import JUDGE_NAME, llm_judge
+from sourcebench.judges.llm_judge import JUDGE_NAME, judged_score
 
 log = logging.getLogger(__name__)
 
@@ -318,11 +318,7 @@ class NarrativeQA(FetchedData, Benchmark):
                             self.how_to_get(), state="present", looked_in=looked)
 
     async def score(self, task: Task, answer: Answer, judge=None) -> Score:
-        if answer.failed:
-            return Score(value=0.0, correct=False, judge=self.scorer_name, failed=True, failure_reason=answer.failure_reason)
-        if judge is None:
-            raise DataError("narrativeqa needs a judge model (--judge-model)")
-        return await llm_judge(task, answer, judge)
+        return await judged_score(self.name, self.scorer_name, task, answer, judge)
 
 
 def _parquet_rows(path: Path, ids: set[str]):

@@ -22,7 +22,7 @@ from sourcebench.harness.data import Answer, Score, Source, Task
 from sourcebench.harness.elements import source_from_tree
 from sourcebench.harness.errors import DataError
 from sourcebench.harness.io import iter_jsonl, read_text, require_fields
-from sourcebench.judges.llm_judge import JUDGE_NAME, llm_judge
+from sourcebench.judges.llm_judge import JUDGE_NAME, judged_score
 
 from . import tree as swe_qa_tree
 
@@ -122,8 +122,4 @@ class SWEQA(FetchedData, Benchmark):
         return tasks
 
     async def score(self, task: Task, answer: Answer, judge=None) -> Score:
-        if answer.failed:
-            return Score(value=0.0, correct=False, judge=self.scorer_name, failed=True, failure_reason=answer.failure_reason)
-        if judge is None:
-            raise DataError("swe_qa needs a judge model (--judge-model)")
-        return await llm_judge(task, answer, judge)
+        return await judged_score(self.name, self.scorer_name, task, answer, judge)
