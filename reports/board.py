@@ -45,7 +45,7 @@ from .stats import (
     MIN_PAIRS,
     N_PERMUTATIONS,
     accuracy_ci,
-    format_delta,
+    format_delta_interval,
     format_p,
     holm_by_family,
     learning_sd,
@@ -230,11 +230,7 @@ def delta_text(e: dict) -> str:
         return NA
     if e.get("untested") and e.get("n_pairs", 0) < MIN_PAIRS:
         return f"{NA} ({e['n_pairs']} pairs)"
-    out = format_delta(e["delta_pp"])
-    if e.get("delta_lo") is not None:
-        out += f" [{format_delta(e['delta_lo'])}, {format_delta(e['delta_hi'])}]"
-    elif e.get("untested"):
-        out += f" ({e['untested']})"
+    out = format_delta_interval(e["delta_pp"], e.get("delta_lo"), e.get("delta_hi"), e.get("untested"))
     if e.get("incomplete"):
         out += " INCOMPLETE"
     return out

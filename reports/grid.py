@@ -25,7 +25,7 @@ from typing import Any
 from .stats import (
     MIN_PAIRS,
     accuracy_ci,
-    format_delta,
+    format_delta_interval,
     format_p,
     holm_by_family,
     macro_accuracy,
@@ -223,12 +223,7 @@ def _delta_cell(s: dict[str, Any]) -> str:
         return NA
     if s.get("n_pairs", 0) < MIN_PAIRS:
         return f"{NA} ({s.get('n_pairs', 0)} pairs)"
-    out = format_delta(s["delta_pp"])
-    if s.get("ci_lo_pp") is not None:
-        out += f" [{format_delta(s['ci_lo_pp'])}, {format_delta(s['ci_hi_pp'])}]"
-    elif s.get("reason"):
-        out += f" ({s['reason']})"
-    return out
+    return format_delta_interval(s["delta_pp"], s.get("ci_lo_pp"), s.get("ci_hi_pp"), s.get("reason"))
 
 
 def _flag(s: dict[str, Any]) -> str:

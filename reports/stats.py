@@ -549,6 +549,14 @@ def format_delta(d: float | None) -> str:
     return f"{0.0 if r == 0 else r:+.1f}"
 
 
+def format_delta_interval(d: float, lo: float | None, hi: float | None, reason: str | None = None) -> str:
+    """Δ with its 95 % interval, or with why it has none (the leaderboard's and the paper tables' cell)."""
+    out = format_delta(d)
+    if lo is not None:
+        return f"{out} [{format_delta(lo)}, {format_delta(hi)}]"
+    return f"{out} ({reason})" if reason else out
+
+
 def stars(p: float | None, comparable: bool = True) -> str:
     """Significance stars of a Holm-adjusted p; never for a degraded or incomplete comparison."""
     if p is None or not comparable:
