@@ -18,7 +18,7 @@ import numpy as np
 from sourcebench.harness.health import run_health
 from sourcebench.harness.method import learn_notes
 
-from .layout import NA, Figure, Link, Section, Table, pct, safe
+from .layout import Figure, Section, pct
 from .provenance_marks import by_source, mark
 from .rundata import (
     EMBEDDER_SETTINGS,
@@ -58,6 +58,8 @@ from .stats import (
     stars,
     within_task_sd,
 )
+from .table import NA, Link, Table
+from .text import safe
 
 NOT_RUN = "not run"
 SMALL_RUN_PP = 5.0  # a run that cannot resolve differences this large says so above its tables

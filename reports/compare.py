@@ -21,8 +21,10 @@ from typing import Any
 from sourcebench.harness.errors import ConfigError
 from sourcebench.harness.io import atomic_write_text
 
-from .layout import NA, Page, Table, pct, render_html, safe
+from .layout import Page, pct, render_html
 from .rundata import RunData, load_run
+from .table import NA, Table
+from .text import safe
 
 MAX_GROUP_VALUES = 12  # a metadata key with more distinct values is an id, not a group
 TERMINAL_TEXT = 300  # characters of a note or an answer in the terminal (the HTML page has the row's text)

@@ -14,9 +14,9 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from .grid import NA, NOT_RUN, Cell, ReportTable
 from .provenance_marks import annotate_figure, table_notes
 from .stats import format_delta, format_p
+from .table import NA, NOT_RUN, Cell, Table
 
 COLORS = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
 
@@ -72,7 +72,7 @@ def _bars(ax, groups: list[str], series: list[tuple[str, list[float | None]]], t
     ax.grid(axis="y", alpha=0.3)
 
 
-def _backends(t: ReportTable) -> list[str]:
+def _backends(t: Table) -> list[str]:
     out: list[str] = []
     for r in t.rows:
         if r.stub[0] and r.stub[0] not in out:
@@ -80,7 +80,7 @@ def _backends(t: ReportTable) -> list[str]:
     return out
 
 
-def _rows_of(t: ReportTable, backend: str) -> list:
+def _rows_of(t: Table, backend: str) -> list:
     """Rows of one backend (continuation rows carry an empty backend label)."""
     out, cur = [], ""
     for r in t.rows:
@@ -92,7 +92,7 @@ def _rows_of(t: ReportTable, backend: str) -> list:
 
 # ------------------------------------------------------------------------------------ Figure 3
 
-def figure3_png(t: ReportTable, backend: str) -> bytes:
+def figure3_png(t: Table, backend: str) -> bytes:
     rows = _rows_of(t, backend)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
     n_stage = t.groups[0][1] if t.groups else len(t.columns)
@@ -108,7 +108,7 @@ def figure3_png(t: ReportTable, backend: str) -> bytes:
 
 # ------------------------------------------------------------------------------------ Figure 4
 
-def figure4_png(kinds: ReportTable, cond: ReportTable, cov: ReportTable, acc: ReportTable, backend: str) -> bytes:
+def figure4_png(kinds: Table, cond: Table, cov: Table, acc: Table, backend: str) -> bytes:
     fig, axes = plt.subplots(2, 2, figsize=(11, 7.5))
     (a, b), (c, d) = axes
     # (a) unit kinds: stacked shares per stage, averaged over the rows shown (pooled ALL rows when present)
@@ -162,7 +162,7 @@ def figure4_png(kinds: ReportTable, cond: ReportTable, cov: ReportTable, acc: Re
 
 # ------------------------------------------------------------------------------------ Figure 5
 
-def figure5_png(curve: ReportTable, gold: ReportTable | None, backend: str) -> bytes:
+def figure5_png(curve: Table, gold: Table | None, backend: str) -> bytes:
     """Panel (a) k = 8 -> 0 and, when the config names gold-removal benchmarks, panel (b)."""
     if gold is None:
         fig, a = plt.subplots(1, 1, figsize=(5.5, 3.8))
@@ -196,7 +196,7 @@ def figure5_png(curve: ReportTable, gold: ReportTable | None, backend: str) -> b
     return png_bytes(fig)
 
 
-def render_figures(built: dict[str, list[ReportTable]]) -> dict[str, bytes]:
+def render_figures(built: dict[str, list[Table]]) -> dict[str, bytes]:
     """``{file name: PNG bytes}`` for every figure present in ``built`` and every backend in it."""
     out: dict[str, bytes] = {}
     if "figure3" in built:

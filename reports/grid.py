@@ -1,8 +1,8 @@
-"""The format-neutral table every paper table is built into, and the arithmetic on its cells.
+"""The arithmetic on the cells of the paper tables (``reports.table``'s one model).
 
 Numbers are computed once into ``Cell``s (accuracy as a fraction, its interval, the change relative
-to the baseline, the best/second mark); ``reports.render`` only lays them out as Markdown, CSV,
-LaTeX or HTML, so the four files cannot disagree.
+to the baseline, the best/second mark); ``reports.layout`` (Markdown, HTML) and ``reports.export``
+(CSV, LaTeX) only lay them out, so the four files cannot disagree.
 
 Display rules (stated in every caption that uses them):
 
@@ -19,7 +19,6 @@ Display rules (stated in every caption that uses them):
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 from .stats import (
@@ -33,57 +32,16 @@ from .stats import (
     paired_delta,
     paired_test,
 )
-
-NA = "—"
-NOT_RUN = "not run"
+from .table import NA, NOT_RUN, Cell, Row, Table
 
 
-@dataclass
-class Cell:
-    """One table cell: an accuracy (``value``, fraction) with its statistics, or a preformatted text."""
-
-    value: float | None = None
-    text: str = ""  # preformatted content for non-accuracy cells (counts, tokens, percentages)
-    delta: float | None = None  # pp, from displayed values
-    delta_exact: float | None = None  # pp, unrounded
-    delta_ci: tuple[float, float] | None = None  # pp, the paired test's inverted interval of delta
-    incomplete: str = ""  # why the comparison's two cells cover different tasks ("" when they do not)
-    mark: str = ""  # "best" | "second" | ""
-    ci: tuple[float, float] | None = None
-    n: int | None = None  # distinct test tasks behind the value
-    status: str = "ok"  # "ok" | "not run"
-    reason: str = ""
-    rows: list[dict[str, Any]] = field(default_factory=list, repr=False)  # result rows, for paired tests
-    # why the cells behind this value are degraded (harness/health.py); shown with a dagger and a note
-    degraded: list[str] = field(default_factory=list)
-    # footnotes of the sources behind this value that are not their pinned tree (reports/provenance_marks.py)
-    substitute: list[str] = field(default_factory=list)
-
-    @property
-    def shown(self) -> float | None:
-        """The value as printed (%, one decimal), the basis of deltas and marks."""
-        return None if self.value is None or math.isnan(self.value) else float(f"{100.0 * self.value:.1f}")
-
-
-@dataclass
-class Row:
-    stub: list[str]
-    cells: list[Cell]
-    rule: bool = False  # a separator before this row (LaTeX \midrule)
-
-
-@dataclass
-class ReportTable:
-    id: str
-    title: str
-    caption: list[str]
-    stub_header: list[str]
-    columns: list[str]
-    rows: list[Row] = field(default_factory=list)
-    groups: list[tuple[str, int]] = field(default_factory=list)  # spanning headers over the data columns
-    notes: list[str] = field(default_factory=list)
-    stats: list[dict[str, Any]] = field(default_factory=list)  # paired comparisons against a baseline
-    show_ci: bool = False
+def paper_table(id: str, title: str, caption: list[str], stub_header: list[str], columns: list[str],
+                rows: list[Row] | None = None, groups: list[tuple[str, int]] | None = None, show_ci: bool = False,
+                notes: list[str] | None = None, stats: list[dict[str, Any]] | None = None) -> Table:
+    """A paper table: ``stub_header`` label columns, then one data column per ``columns`` entry."""
+    return Table(title, [*stub_header, *columns], list(rows or []), id=id, stub=len(stub_header),
+                 caption=list(caption), groups=list(groups or []), notes=list(notes or []), stats=list(stats or []),
+                 show_ci=show_ci)
 
 
 def not_run(reason: str) -> Cell:
@@ -140,10 +98,6 @@ def mark_best(cells: list[Cell]) -> None:
             c.mark = "best"
         elif len(shown) > 1 and c.shown == shown[1]:
             c.mark = "second"
-
-
-def pct_text(x: float | None, digits: int = 1) -> str:
-    return NA if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.{digits}f}"
 
 
 def tokens_text(x: float | None) -> str:
@@ -238,7 +192,7 @@ def _mde_cell(s: dict[str, Any]) -> str:
     return f"{s['mde_pp']:.1f}" + (" (not resolvable by this run)" if s.get("resolvable") is False else "")
 
 
-def stats_table(t: ReportTable) -> ReportTable | None:
+def stats_table(t: Table) -> Table | None:
     """The paired comparisons behind a table, as a table of their own (None when there are none)."""
     if not t.stats:
         return None
@@ -252,7 +206,7 @@ def stats_table(t: ReportTable) -> ReportTable | None:
             text_cell(p_text(s.get("p_value"), s.get("p_mc_se"))), text_cell(p_text(s.get("p_holm"))),
             text_cell(str(s["holm_m"]) if s.get("p_value") is not None else NA), text_cell(_mde_cell(s)),
             text_cell(_flag(s))]))
-    return ReportTable(f"{t.id}_stats", f"{t.title.split(':')[0]}: paired comparisons", [
+    return paper_table(f"{t.id}_stats", f"{t.title.split(':')[0]}: paired comparisons", [
         ("Δ: the tested statistic, the mean over sources of the mean per-task difference (method minus "
          "baseline, seeds averaged within a task) on the paired tasks, in points, with its 95% interval, the "
          "paired test inverted (the shifts its sign-flip test of the differences minus the shift does not reject at "
@@ -269,21 +223,3 @@ def stats_table(t: ReportTable) -> ReportTable | None:
         ["Backend", "Column"],
         ["Method", "Baseline", "Δ (pp) [95% CI]", "Test", "Paired tasks (groups)", "p", "p (Holm)", "m",
          "MDE 80% (pp)", "Health"], rows)
-
-
-DAGGER = "\u2020"
-INCOMPLETE_MARK = "\u2021"  # double dagger
-
-
-def degraded_notes(t: ReportTable) -> list[str]:
-    """The table's notes plus one naming every degraded cell behind a marked value (a value built on
-    cells that lost more than the allowed share of their work is not comparable with healthy ones)."""
-    reasons = list(dict.fromkeys(x for r in t.rows for c in r.cells for x in c.degraded))
-    incomplete = list(dict.fromkeys(c.incomplete for r in t.rows for c in r.cells if c.incomplete))
-    out = list(t.notes)
-    if reasons:
-        out.append(f"{DAGGER} DEGRADED, not comparable with healthy cells (never marked best): " + " | ".join(reasons))
-    if incomplete:
-        out.append(f"{INCOMPLETE_MARK} INCOMPLETE, the cell and its baseline cover different tasks (Δ on the paired "
-                   "tasks only; never marked best): " + " | ".join(incomplete))
-    return out

@@ -1,7 +1,7 @@
-"""The reports' neutral table model (``Table``, ``Figure``, ``Link``) and its one Markdown and HTML
-layout, with every free text passed through ``safe``, which masks anything shaped like a credential
-(the core's ``redact_credentials``): a report is meant to be shared, and error messages or commands
-can echo keys."""
+"""The reports' page model (``Page`` of ``Section``s holding ``Table``s, ``Figure``s and ``Preformatted``
+text) and its one Markdown and HTML renderer, for every report: the leaderboard, the comparison of run
+folders, the reproduction page and the paper tables' own files. Tables are ``reports.table``'s one
+model; free text passes through ``safe`` (the core's credential redaction) where it is built."""
 
 from __future__ import annotations
 
@@ -10,51 +10,26 @@ import html
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Self
-from urllib.parse import quote, urlsplit, urlunsplit
-
-from sourcebench.harness.io import redact_credentials
+from urllib.parse import quote
 
 from .stats import format_p, stars
-
-NA = "—"
-
-
-def safe(value: Any) -> str:
-    """Text with anything credential-shaped masked (``***``), by the core's redaction."""
-    return redact_credentials("" if value is None else str(value))
-
-
-def safe_url(url: Any) -> str:
-    """A base URL without user:password, query or fragment (where tokens sometimes ride along)."""
-    try:
-        parts = urlsplit(str(url))
-    except ValueError:
-        return safe(url)
-    netloc = parts.netloc.rsplit("@", 1)[-1]
-    return safe(urlunsplit((parts.scheme, netloc, parts.path, "", "")))
-
-
-@dataclass
-class Table:
-    """A rendered-format-neutral table: every cell is already display text."""
-
-    title: str
-    header: list[str]
-    rows: list[list[str]]
-    note: str = ""
-
-
-class Link(str):
-    """Cell text that links to ``href`` (a page beside the report, a log viewer URL); elsewhere (CSV,
-    terminal) it is its text."""
-
-    href: str
-
-    def __new__(cls, text: str, href: str) -> Self:
-        out = super().__new__(cls, text)
-        out.href = href
-        return out
+from .table import (
+    DAGGER,
+    INCOMPLETE_MARK,
+    MARK,
+    NA,
+    NOT_RUN,
+    Cell,
+    CellValue,
+    Link,
+    Table,
+    ci_plain,
+    delta_plain,
+    footnotes,
+    marks,
+    pct_text,
+)
+from .text import safe
 
 
 @dataclass
@@ -69,15 +44,14 @@ class Figure:
 
 
 @dataclass
-class Fragment:
-    """Part of a page already rendered by its own formatter (the paper tables of ``reports.render``,
-    whose cells carry marks and deltas), as HTML and as Markdown."""
+class Preformatted:
+    """Text shown as is (a config file): ``<pre>`` in HTML, a fenced block in Markdown."""
 
-    html: str
-    markdown: str = ""
+    title: str
+    text: str
 
 
-Item = Table | Figure | Fragment
+Item = Table | Figure | Preformatted
 
 
 @dataclass
@@ -106,7 +80,6 @@ class Page:
     notes: list[tuple[str, list[str]]] = field(default_factory=list)
     provenance: list[Table] = field(default_factory=list)
     nav: bool = False  # a bar of links to the sections that have an id
-    style: str = ""  # CSS for what the page's fragments need beyond the tables' own
 
     def parts(self) -> list[Section]:
         return [s if isinstance(s, Section) else Section(s[0], list(s[1])) for s in self.sections]
@@ -124,29 +97,53 @@ def fmt_p(p: float | None, comparable: bool = True, mc_se: float | None = None) 
     return f"{format_p(p, mc_se)} {stars(p, comparable)}".strip()
 
 
+# ------------------------------------------------------------------------------------ Markdown
+
 def md_cell(text: str) -> str:
     """Cell text that cannot break the table or open an HTML tag ('<' before a letter, '/', '!')."""
     text = text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
     return re.sub(r"<(?=[A-Za-z/!?])", r"\\<", text)
 
 
-def md_link(c: str) -> str:
-    """A cell as Markdown: a ``Link`` as ``[text](href)``."""
+def md_value(c: CellValue, show_ci: bool = False) -> str:
+    """A cell as Markdown: a ``Link`` as ``[text](href)``; a value bold when best, underlined when second,
+    with its marks, its Δ as a subscript with an arrow and, with ``show_ci``, its interval."""
     if isinstance(c, Link):
         return f"[{md_cell(c)}]({quote(c.href, safe=':/#?=&%@+~.,-_')})"
-    return md_cell(c)
+    if not isinstance(c, Cell):
+        return md_cell(c)
+    if c.status == NOT_RUN:
+        return NOT_RUN
+    if c.value is None:
+        return md_cell(c.text or NA)
+    num = pct_text(c.shown)
+    num = f"**{num}**" if c.mark == "best" else f"<u>{num}</u>" if c.mark == "second" else num
+    num += marks(c)
+    if c.delta is not None:
+        num += f"<sub>{delta_plain(c.delta)}</sub>"
+    if show_ci and ci_plain(c):
+        num += f" {ci_plain(c)}"
+    return num
+
+
+def _numeric(t: Table) -> list[bool]:
+    """Per data column: does it hold values (right-aligned) rather than text."""
+    return [any(isinstance(r.cells[j], Cell) for r in t.rows if j < len(r.cells)) for j in range(len(t.columns))]
 
 
 def md_table(t: Table) -> str:
-    lines = [
-        f"**{md_cell(t.title)}**",
-        "",
-        "| " + " | ".join(md_cell(h) for h in t.header) + " |",
-        "|" + "|".join("---" for _ in t.header) + "|",
-    ]
-    lines += ["| " + " | ".join(md_link(c) for c in r) + " |" for r in t.rows]
-    if t.note:
-        lines += ["", f"*{md_cell(t.note)}*"]
+    header = t.stub_header + [f"{g} / {c}" if g else c for g, c in zip(t.group_per_column(), t.columns)]
+    align = [":---"] * t.stub + ["---:" if n else "---" for n in _numeric(t)]
+    lines = [f"**{md_cell(t.title)}**", "",
+             "| " + " | ".join(md_cell(h) for h in header) + " |",
+             "|" + "|".join(align) + "|"]
+    lines += ["| " + " | ".join([md_cell(s) for s in r.stub] + [md_value(c, t.show_ci) for c in r.cells]) + " |"
+              for r in t.rows]
+    below = [f"*{md_cell(c)}*" if i == 0 else md_cell(c) for i, c in enumerate(t.caption)]
+    below += [f"*{md_cell(t.note)}*"] if t.note else []
+    lines += ["", *below] if below else []
+    notes = footnotes(t)
+    lines += ["", *(f"- {md_cell(n)}" for n in notes)] if notes else []
     return "\n".join(lines) + "\n"
 
 
@@ -155,9 +152,12 @@ def md_figure(f: Figure) -> str:
     return f"**{md_cell(f.title)}**\n\n![{md_cell(f.title)}]({f.filename})\n{note}"
 
 
-def _md_items(items: list[Item]) -> list[str]:
-    return [t.markdown if isinstance(t, Fragment) else md_figure(t) if isinstance(t, Figure) else md_table(t)
-            for t in items]
+def md_item(t: Item) -> str:
+    if isinstance(t, Figure):
+        return md_figure(t)
+    if isinstance(t, Preformatted):
+        return f"**{md_cell(t.title)}**\n\n```\n{t.text.rstrip()}\n```\n"
+    return md_table(t)
 
 
 def render_markdown(page: Page) -> str:
@@ -168,10 +168,10 @@ def render_markdown(page: Page) -> str:
     parts += [*(f"- {md_cell(c)}" for c in page.intro), ""] if page.intro else []
     sections = page.parts()
     for s in sections:
-        parts += [f"## {md_cell(s.title)}", "", *_md_items(s.items)]
+        parts += [f"## {md_cell(s.title)}", "", *map(md_item, s.items)]
     for s in sections:
         if s.folded:
-            parts += [f"## {md_cell(s.title)}: {md_cell(s.folded_title.lower())}", "", *_md_items(s.folded)]
+            parts += [f"## {md_cell(s.title)}: {md_cell(s.folded_title.lower())}", "", *map(md_item, s.folded)]
     for title, lines in page.notes:
         parts += [f"## {md_cell(title)}", "", *(f"- {md_cell(c)}" for c in lines), ""]
     if page.provenance:
@@ -179,14 +179,21 @@ def render_markdown(page: Page) -> str:
     return "\n".join(parts)
 
 
-_CSS = """
+# ----------------------------------------------------------------------------------------- HTML
+
+CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem auto;max-width:80rem;
 color:#1a1a1a;line-height:1.4;padding:0 1rem}
+h2{border-bottom:1px solid #ddd;padding-bottom:.2rem}
 table{border-collapse:collapse;margin:.5rem 0 1.5rem;font-size:.9rem}
 caption{text-align:left;font-weight:600;padding:.3rem 0}
 th,td{border:1px solid #ccc;padding:.25rem .55rem;vertical-align:top}
-th{background:#f2f2f2;text-align:left}td.num{text-align:right;font-variant-numeric:tabular-nums}
+th{background:#f2f2f2;text-align:left}tbody th{font-weight:normal;background:#fafafa}
+th.group{text-align:center}td.num{text-align:right;font-variant-numeric:tabular-nums}
+td.nr{color:#999;font-style:italic;text-align:center}tr.rule td,tr.rule th{border-top:2px solid #888}
 tbody tr:nth-child(even){background:#fafafa}.note{color:#555;font-size:.85rem;margin-top:-1rem}
+sub.up{color:#00a64f}sub.down{color:#e8967a}sub.zero{color:#777}span.ci{color:#777;font-size:.8em}
+.caption p{margin:.15rem 0;color:#444;font-size:.85rem}ul.notes{color:#8a5a00;font-size:.82rem}
 ul.caption{color:#333;font-size:.9rem}
 figure{margin:.5rem 0 1.5rem}figure img{max-width:100%;border:1px solid #eee}
 figcaption{font-weight:600;padding:.3rem 0}
@@ -195,25 +202,66 @@ details{margin:.4rem 0 1rem}summary{cursor:pointer;font-weight:600;color:#333}
 nav a{margin-right:.8rem}pre{background:#f7f7f7;padding:.6rem;overflow:auto;font-size:.8rem}
 """
 
+WRAP_CHARS = 80  # text longer than this (a method's deviations) wraps instead of widening the page
 
-WRAP_CHARS = 80
+
+def html_value(c: CellValue, show_ci: bool = False, first: bool = False) -> str:
+    """A data cell as ``<td>``: short text and values right-aligned on one line (``num``), long text (and a
+    label-less table's first column) as text; a value with the marks, Δ and interval ``md_value`` shows,
+    its interval, Δ interval and task count in the tooltip."""
+    esc = html.escape
+    if not isinstance(c, Cell):
+        text = f'<a href="{esc(c.href)}">{esc(c)}</a>' if isinstance(c, Link) else esc(c)
+        return f"<td>{text}</td>" if first or len(c) > WRAP_CHARS else f'<td class="num">{text}</td>'
+    if c.status == NOT_RUN:
+        return f'<td class="nr" title="{esc(c.reason)}">{NOT_RUN}</td>'
+    if c.value is None:
+        return f'<td class="num">{esc(c.text or NA)}</td>'
+    num = pct_text(c.shown)
+    num = f"<strong>{num}</strong>" if c.mark == "best" else f"<u>{num}</u>" if c.mark == "second" else num
+    for on, mark, why, cls in ((c.degraded, DAGGER, "; ".join(c.degraded), "degraded"),
+                               (c.incomplete, INCOMPLETE_MARK, c.incomplete, "degraded"),
+                               (c.substitute, MARK, "; ".join(c.substitute), "substitute")):
+        num += f'<span class="{cls}" title="{esc(why)}">{mark}</span>' if on else ""
+    if c.delta is not None:
+        cls = "up" if c.delta > 0 else "down" if c.delta < 0 else "zero"
+        num += f'<sub class="{cls}">{esc(delta_plain(c.delta))}</sub>'
+    tip = []
+    if ci_plain(c):
+        tip.append(f"95% CI {ci_plain(c)}")
+    if c.delta_ci:
+        tip.append(f"Δ 95% CI [{c.delta_ci[0]:+.1f}, {c.delta_ci[1]:+.1f}]")
+        if show_ci:
+            num += f' <span class="ci">{esc(ci_plain(c))}</span>'
+    if c.n is not None:
+        tip.append(f"{c.n} test tasks")
+    title = f' title="{esc("; ".join(tip))}"' if tip else ""
+    return f'<td class="num {c.mark}"{title}>{num}</td>'
 
 
 def html_table(t: Table) -> str:
     esc = html.escape
-    head = "".join(f"<th>{esc(h)}</th>" for h in t.header)
-    # value columns are right-aligned and kept on one line; long text (a method's deviations) wraps instead
-    # of widening the page
-    def text(c: str) -> str:
-        return f'<a href="{esc(c.href)}">{esc(c)}</a>' if isinstance(c, Link) else esc(c)
-
-    cell = lambda i, c: f'<td class="num">{text(c)}</td>' if i and len(c) <= WRAP_CHARS else f"<td>{text(c)}</td>"
-    body = "".join("<tr>" + "".join(cell(i, c) for i, c in enumerate(r)) + "</tr>" for r in t.rows)
-    note = f'<p class="note">{esc(t.note)}</p>' if t.note else ""
-    return (
-        f"<table><caption>{esc(t.title)}</caption><thead><tr>{head}</tr></thead>"
-        f"<tbody>{body}</tbody></table>{note}\n"
-    )
+    anchor = f' id="{esc(t.id)}"' if t.id else ""
+    out = [f"<table{anchor}><caption>{esc(t.title)}</caption><thead>"]
+    if t.groups:
+        out.append("<tr>" + (f'<th colspan="{t.stub}"></th>' if t.stub else "")
+                   + "".join(f'<th colspan="{span}" class="group">{esc(label)}</th>' for label, span in t.groups)
+                   + "</tr>")
+    out.append("<tr>" + "".join(f"<th>{esc(h)}</th>" for h in t.header) + "</tr></thead><tbody>")
+    for r in t.rows:
+        cls = ' class="rule"' if r.rule else ""
+        out.append(f"<tr{cls}>" + "".join(f'<th scope="row">{esc(s)}</th>' for s in r.stub)
+                   + "".join(html_value(c, t.show_ci, first=not t.stub and j == 0) for j, c in enumerate(r.cells))
+                   + "</tr>")
+    out.append("</tbody></table>")
+    if t.caption:
+        out.append('<div class="caption">' + "".join(f"<p>{esc(c)}</p>" for c in t.caption) + "</div>")
+    if t.note:
+        out.append(f'<p class="note">{esc(t.note)}</p>')
+    notes = footnotes(t)
+    if notes:
+        out.append('<ul class="notes">' + "".join(f"<li>{esc(n)}</li>" for n in notes) + "</ul>")
+    return "".join(out) + "\n"
 
 
 def html_figure(f: Figure) -> str:
@@ -224,9 +272,12 @@ def html_figure(f: Figure) -> str:
             f'<img alt="{esc(f.title)}" src="data:image/png;base64,{data}"></figure>{note}\n')
 
 
-def _html_items(items: list[Item]) -> str:
-    return "".join(t.html if isinstance(t, Fragment) else html_figure(t) if isinstance(t, Figure) else html_table(t)
-                   for t in items)
+def html_item(t: Item) -> str:
+    if isinstance(t, Figure):
+        return html_figure(t)
+    if isinstance(t, Preformatted):
+        return f"<h3>{html.escape(t.title)}</h3><pre>{html.escape(t.text)}</pre>\n"
+    return html_table(t)
 
 
 def render_html(page: Page) -> str:
@@ -235,7 +286,7 @@ def render_html(page: Page) -> str:
     esc = html.escape
     out = [
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">',
-        f"<title>{esc(page.title)}</title><style>{_CSS}{page.style}</style></head><body>",
+        f"<title>{esc(page.title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{esc(page.title)}</h1>",
         *(f'<p class="banner">{esc(b)}</p>' for b in page.banners),
     ]
@@ -246,10 +297,10 @@ def render_html(page: Page) -> str:
         out.append("<nav>" + "".join(f'<a href="#{esc(s.id)}">{esc(s.nav or s.title)}</a>' for s in sections if s.id)
                    + "</nav>")
     for s in sections:
-        folded = (f"<details><summary>{esc(s.folded_title)}</summary>{_html_items(s.folded)}</details>"
+        folded = (f"<details><summary>{esc(s.folded_title)}</summary>{''.join(map(html_item, s.folded))}</details>"
                   if s.folded else "")
         anchor = f' id="{esc(s.id)}"' if s.id else ""
-        out.append(f"<section{anchor}><h2>{esc(s.title)}</h2>{_html_items(s.items)}{folded}</section>")
+        out.append(f"<section{anchor}><h2>{esc(s.title)}</h2>{''.join(map(html_item, s.items))}{folded}</section>")
     for title, lines in page.notes:
         out.append(f'<details class="notes"><summary>{esc(title)}</summary><ul class="caption">'
                    + "".join(f"<li>{esc(c)}</li>" for c in lines) + "</ul></details>")
@@ -258,3 +309,8 @@ def render_html(page: Page) -> str:
                    + "".join(html_table(t) for t in page.provenance) + "</details>")
     out.append("</body></html>\n")
     return "\n".join(out)
+
+
+__all__ = ["CSS", "Figure", "Item", "Page", "Preformatted", "Section", "fmt_p", "html_item", "html_table",
+           "html_value", "md_cell", "md_item", "md_table", "md_value", "pct", "render_html", "render_markdown",
+           "safe"]

@@ -20,9 +20,10 @@ from typing import Any
 from sourcebench.harness.io import atomic_write_text
 
 from .board import banners, build_sections, definitions, deviation_lines, provenance_tables, summarize
-from .layout import Figure, Page, render_html, render_markdown, safe
+from .layout import Figure, Page, render_html, render_markdown
 from .rundata import PHASES, load_run
 from .stats import sort_key
+from .text import safe
 
 
 def _num(x: Any, fmt: str = "{:.4f}") -> str:

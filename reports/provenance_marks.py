@@ -12,10 +12,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .layout import safe
-
-MARK = "\u00a7"  # section sign: the dagger marks DEGRADED cells, the double dagger INCOMPLETE ones
-TEX_MARK = r"\S{}"
+from .table import MARK
+from .text import safe
 
 
 def _bench_name(run: dict[str, Any]) -> str:

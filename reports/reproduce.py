@@ -40,7 +40,7 @@ from sourcebench.harness.io import atomic_write_json, atomic_write_text
 from sourcebench.harness.method import Command
 
 from .config import Backend, BenchmarkEntry, ExperimentConfig, load_config
-from .grid import ReportTable, stats_table
+from .grid import stats_table
 from .leaderboard import write_report
 from .plan import STAGE_METHODS, FolderPlan, Variant, cycles_variant, plan, resolve_method
 from .results import FAILED, INCOMPLETE, NOT_RUN, RAN, Results, cell_key, report_dir, status_path
@@ -390,10 +390,12 @@ STALE_NAME = re.compile(r"(table|figure)\d")
 
 
 def write_reports(cfg: ExperimentConfig, root: Path) -> dict[str, Path]:
-    """Every table as .md/.csv/.tex/.html, figures as PNG, report.md and the self-contained index.html."""
+    """Every table as .md/.csv/.tex/.html, figures as PNG, and the page of them all as report.md and as the
+    self-contained index.html (one page model, one renderer: ``reports.layout``)."""
+    from .export import to_csv, to_latex
     from .figures import render_figures
-    from .html import render_report
-    from .render import to_csv, to_html, to_latex, to_markdown
+    from .layout import html_table, md_table, render_html, render_markdown
+    from .paper_page import report_page
     from .tables import build_all
 
     out = report_dir(root, cfg.name)
@@ -401,25 +403,22 @@ def write_reports(cfg: ExperimentConfig, root: Path) -> dict[str, Path]:
     built = build_all(res)
     figures = render_figures(built)
     paths: dict[str, Path] = {}
-    md_parts = [f"# SourceBench reproduction: {cfg.name}", ""]
-    for tid, tables in built.items():
+    for tables in built.values():
         for t in tables:
-            extra = [st for st in [stats_table(t)] if st is not None]
-            for tab in [t] + extra:
-                for ext, fn in (("md", to_markdown), ("csv", to_csv), ("tex", to_latex), ("html", to_html)):
+            for tab in [t] + [st for st in [stats_table(t)] if st is not None]:
+                for ext, fn in (("md", md_table), ("csv", to_csv), ("tex", to_latex), ("html", html_table)):
                     p = out / f"{tab.id}.{ext}"
                     atomic_write_text(p, fn(tab))
                     paths[f"{tab.id}.{ext}"] = p
-                md_parts.append(to_markdown(tab))
-        md_parts += [f"![{n}]({n})" for n in figures if n.startswith(tid + "_")] + [""]
     for name, png in figures.items():
         p = out / name
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_bytes(png)
         paths[name] = p
-    atomic_write_text(out / "report.md", "\n".join(md_parts))
+    page = report_page(cfg, res, built, figures)
+    atomic_write_text(out / "report.md", render_markdown(page))
     paths["report.md"] = out / "report.md"
-    atomic_write_text(out / "index.html", render_report(cfg, res, built, figures, out))
+    atomic_write_text(out / "index.html", render_html(page))
     paths["index.html"] = out / "index.html"
     # a table or figure this config no longer produces (a table disabled, Figure 5b without gold-removal
     # benchmarks) must not stay beside the new ones looking current; other files are left alone
@@ -542,7 +541,7 @@ def _first(*values: Any) -> Any:
     return next((v for v in values if v is not None), None)
 
 
-__all__ = ["ReportTable", "Reproduction", "add_parser", "main", "write_reports"]
+__all__ = ["Reproduction", "add_parser", "main", "write_reports"]
 
 
 COMMAND = Command(name="reproduce", add_parser=add_parser, run=main)

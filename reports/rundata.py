@@ -13,8 +13,8 @@ from sourcebench.harness.errors import DataError
 from sourcebench.harness.io import iter_jsonl, read_json
 from sourcebench.harness.resultrows import RESULT_KEY, iter_result_rows  # noqa: F401 - RESULT_KEY re-exported
 
-from .layout import safe, safe_url
 from .stats import sort_key
+from .text import safe, safe_url
 
 PHASES = ("learn", "answer", "judge")
 

@@ -1,6 +1,6 @@
 """The paper's tables (and the data behind its figures) from a reproduce output root.
 
-Each builder reads scored rows and derived files through ``Results`` and returns ``ReportTable``s
+Each builder reads scored rows and derived files through ``Results`` and returns ``Table``s
 (``reports.grid``); nothing here calls a model or writes a file. The statistics are the leaderboard's
 (``reports.stats``): macro accuracy over sources then seeds, seeded source-stratified bootstrap
 intervals, paired tests with the task as unit, Holm's correction within one family per backend and
@@ -18,17 +18,12 @@ import numpy as np
 from .audit_labels import coverage_bins, ground_labels, kinds, preserve_labels
 from .config import BenchmarkEntry, ExperimentConfig
 from .grid import (
-    NA,
-    NOT_RUN,
-    Cell,
-    ReportTable,
-    Row,
     accuracy_cell,
     column_groups,
     compare,
     mark_best,
     not_run,
-    pct_text,
+    paper_table,
     set_delta,
     text_cell,
     tokens_text,
@@ -37,6 +32,7 @@ from .plan import STAGE_METHODS, cycles_variant, gold_removed, k_variant, matche
 from .provenance_marks import notes_for_rows
 from .results import INCOMPLETE, Results
 from .stats import AGGREGATION_RULE, CI_METHOD, DELTA_METHOD, holm_caption, paired_test_caption
+from .table import NA, NOT_RUN, Cell, Row, Table, pct_text
 
 STAGE_LABELS = {"M0": "M0", "MS": "MS", "MT": "MT", "MT_wo_self": "MT w/o self-directed",
                 "M_local": "M_local", "MS+Pi1": "MS + Π1"}
@@ -63,7 +59,7 @@ def _tests(cfg: ExperimentConfig, baseline: str) -> str:
     return f"Paired tests against {baseline}: {paired_test_caption(s.permutation_resamples, s.seed)}."
 
 
-def _holm(table: ReportTable, family: str) -> None:
+def _holm(table: Table, family: str) -> None:
     """State the Holm family (which comparisons it spans, and their number) once the tests are known."""
     table.caption.append(holm_caption(family, [x.get("holm_m", 0) for x in table.stats]))
 
@@ -98,7 +94,7 @@ def _compare(res: Results, items: list[tuple[dict[str, Any], Cell, Cell]]) -> li
     return compare(items, s.seed, s.permutation_resamples, s.bootstrap_resamples)
 
 
-def not_run_notes(table: ReportTable) -> list[str]:
+def not_run_notes(table: Table) -> list[str]:
     """One line per distinct reason, naming the cells it applies to."""
     by_reason: dict[str, list[str]] = {}
     last: list[str] = []
@@ -118,7 +114,7 @@ def not_run_notes(table: ReportTable) -> list[str]:
     return out
 
 
-def _finish(table: ReportTable) -> ReportTable:
+def _finish(table: Table) -> Table:
     table.notes = not_run_notes(table) + table.notes
     return table
 
@@ -134,13 +130,13 @@ def _sources(res: Results, backend: str, bench: BenchmarkEntry, only: list[str] 
 
 # --------------------------------------------------------------------------------------- Table 1
 
-def table1(res: Results) -> ReportTable:
+def table1(res: Results) -> Table:
     """Rows backend x method, columns benchmarks; Δ relative to the baseline; best/second per backend."""
     cfg = res.cfg
     t = cfg.tables.table1
     backends, benches = cfg.scope("table1")
     base = cfg.baseline
-    table = ReportTable(
+    table = paper_table(
         "table1", "Table 1: main results (accuracy %)",
         [_agg(cfg), DELTA.format(base=cfg.label(base)),
          MARKS.format(scope="per backend and benchmark"), _ci(cfg), _tests(cfg, cfg.label(base))],
@@ -175,7 +171,7 @@ def _mean_tokens(rows: list[dict[str, Any]]) -> float | None:
     return float(np.mean([np.mean(v) for v in by_seed.values()])) if by_seed else None
 
 
-def table2(res: Results) -> list[ReportTable]:
+def table2(res: Results) -> list[Table]:
     """Counterparts reading down their own ranking to the reference's per-question context size."""
     cfg = res.cfg
     t = cfg.tables.table2
@@ -198,10 +194,10 @@ def table2(res: Results) -> list[ReportTable]:
         _tests(cfg, f"each budget-matched counterpart ({cfg.label(ref)} minus counterpart)"),
     ]
     labels = [f"{bn.name} / {s}" if s else bn.name for bn, s in cols]
-    main = ReportTable("table2", "Table 2: retrieval counterparts at matched context budgets (accuracy %)", caption,
+    main = paper_table("table2", "Table 2: retrieval counterparts at matched context budgets (accuracy %)", caption,
                        ["Backend", "Method"], [s or NA for bn, s in cols],
                        groups=column_groups([bn.name for bn, _ in cols]))
-    tokens = ReportTable("table2_tokens", "Table 2 (check): mean prompt tokens per question", [
+    tokens = paper_table("table2_tokens", "Table 2 (check): mean prompt tokens per question", [
         ("Mean prompt tokens per question (over tasks, then seeds) of every method of Table 2; counterparts should "
         f"come close to {cfg.label(ref)} from below (a whole element that would overshoot is not added).")],
         ["Backend", "Method"], labels)
@@ -256,12 +252,12 @@ def _audit_rows(res: Results, backend: str, bench: str, name: str) -> tuple[list
 
 
 def _audit_table(res: Results, tid: str, name: str, labels: tuple[str, ...], title: str, caption: list[str],
-                 steps: bool) -> ReportTable:
+                 steps: bool) -> Table:
     cfg = res.cfg
     t = getattr(cfg.tables, tid)
     backends, benches = cfg.scope(tid)
     cols = [lab.capitalize() for lab in labels] + ["Units judged", "Judge failures"]
-    table = ReportTable(tid, title, caption, ["Backend", "Source", "Dropped by" if steps else "Model"], cols)
+    table = paper_table(tid, title, caption, ["Backend", "Source", "Dropped by" if steps else "Model"], cols)
     want = [f"{AUDIT_PARENT[s]}->{s}" for s in t.stages if s in AUDIT_PARENT] if steps else list(t.stages)
     for b in backends:
         first = True
@@ -295,7 +291,7 @@ def _audit_table(res: Results, tid: str, name: str, labels: tuple[str, ...], tit
     return _finish(table)
 
 
-def table3(res: Results) -> ReportTable:
+def table3(res: Results) -> Table:
     t = res.cfg.tables.table3
     return _audit_table(res, "table3", "grounding", ground_labels(), "Table 3: grounding audit of source-model units (%)", [
         (f"Up to {t.sample or 'all'} units per model (seeded sample, seed {t.seed}) are judged against the source "
@@ -305,7 +301,7 @@ def table3(res: Results) -> ReportTable:
         "are pooled.")], steps=False)
 
 
-def table4(res: Results) -> ReportTable:
+def table4(res: Results) -> Table:
     t = res.cfg.tables.table4
     return _audit_table(res, "table4", "preservation", preserve_labels(), "Table 4: preservation of dropped units (%)", [
         (f"Up to {t.sample or 'all'} units dropped by each learning stage (seeded sample, seed {t.seed}) are compared "
@@ -325,7 +321,7 @@ def _seen_map(regions: dict[str, Any] | None) -> dict[tuple[str, int, str], bool
     return out
 
 
-def table5(res: Results) -> ReportTable:
+def table5(res: Results) -> Table:
     """Accuracy on test tasks whose region overlaps a guidance task's (seen) or not (unseen)."""
     cfg = res.cfg
     t = cfg.tables.table5
@@ -346,7 +342,7 @@ def table5(res: Results) -> ReportTable:
         _tests(cfg, cfg.label(base)),
     ]
     columns = [s for _ in t.methods for s in strata] + ["n seen", "n unseen"]
-    table = ReportTable("table5", "Table 5: accuracy (%) on seen and unseen source regions", caption,
+    table = paper_table("table5", "Table 5: accuracy (%) on seen and unseen source regions", caption,
                         ["Backend", "Benchmark"], columns,
                         groups=[(cfg.label(m), 2) for m in t.methods] + [("tasks x splits", 2)])
     for b in backends:
@@ -414,11 +410,11 @@ def _all_row(per_bench: list[tuple[str, list[Cell]]], methods: list[str], base: 
 
 # --------------------------------------------------------------------------------------- Table 6
 
-def table6(res: Results) -> ReportTable:
+def table6(res: Results) -> Table:
     cfg = res.cfg
     t = cfg.tables.table6
     backends, benches = cfg.scope("table6")
-    table = ReportTable("table6", "Table 6: self-directed source learning over several cycles", [
+    table = paper_table("table6", "Table 6: self-directed source learning over several cycles", [
         _agg(cfg).replace("Accuracy (%)", "Accuracy (%) per source"),
         (f"Cycle 0 is M0 (method {t.m0_method}); cycle c is the model after c Inspect-Study-Consolidate "
          f"cycles (method {t.method} with cycles = c), answering with the same task-time interface. Units: "
@@ -453,13 +449,13 @@ def table6(res: Results) -> ReportTable:
 
 # -------------------------------------------------------------------------------------- Figure 3
 
-def figure3(res: Results) -> ReportTable:
+def figure3(res: Results) -> Table:
     cfg = res.cfg
     t = cfg.tables.figure3
     backends, benches = cfg.scope("figure3")
     full = "sourcelearn"
     methods = t.stages + t.pathways
-    table = ReportTable("figure3", "Figure 3 (data): ablations of SourceLearn (accuracy %)", [
+    table = paper_table("figure3", "Figure 3 (data): ablations of SourceLearn (accuracy %)", [
         _agg(cfg),
         ("Left: the learning stages (M0; task-guided learning on M0 without self-directed learning; MS = without "
         "task-guided learning; the full model MT). Right: the two task-guided pathways (MS = neither; without "
@@ -493,23 +489,23 @@ def _pick_rows(rows: list[dict[str, Any]], only: list[str] | None) -> list[dict[
     return [r for r in rows if r.get("source") == "ALL" or only is None or r.get("source") in only]
 
 
-def figure4(res: Results) -> list[ReportTable]:
+def figure4(res: Results) -> list[Table]:
     cfg = res.cfg
     t = cfg.tables.figure4
     backends, benches = cfg.scope("figure4")
     stages = list(t.stages)
-    kinds_t = ReportTable("figure4a", "Figure 4a (data): unit kinds per stage (% of units)", [
+    kinds_t = paper_table("figure4a", "Figure 4a (data): unit kinds per stage (% of units)", [
         ("Share of each unit kind among all units of a stage's model; per-split models averaged; ALL = mean over "
         "the sources of a benchmark.")], ["Backend", "Source", "Model"], [k.capitalize() for k in kinds()] + ["Units"])
-    cond = ReportTable("figure4b", "Figure 4b (data): units with explicit conditions (%)", [
+    cond = paper_table("figure4b", "Figure 4b (data): units with explicit conditions (%)", [
         "Share of units that state explicit applicability conditions."], ["Backend", "Source"],
         [STAGE_LABELS.get(s, s) for s in stages])
-    cov = ReportTable("figure4c", "Figure 4c (data): required claims represented (%)", [
+    cov = paper_table("figure4c", "Figure 4c (data): required claims represented (%)", [
         ("Claims each test task needs are listed by the judge from its question and reference answer (an audit "
          "after the test phase; no method sees them); share of those claims the stage's model represents, pooled "
          f"over claims (at most {t.coverage_max_tasks or 'all'} test tasks per source and split, seed {t.seed}).")],
         ["Backend", "Source"], [STAGE_LABELS.get(s, s) for s in stages])
-    acc = ReportTable("figure4d", "Figure 4d (data): accuracy (%) by coverage of the required claims", [
+    acc = paper_table("figure4d", "Figure 4d (data): accuracy (%) by coverage of the required claims", [
         ("Accuracy of each stage's own variant on the test tasks whose required claims its model represents none, "
         "part or all of; r: point-biserial correlation of coverage with correctness.")],
         ["Backend", "Benchmark", "Model"], [f"{b} covered" for b in coverage_bins()] + ["n", "r"])
@@ -558,16 +554,16 @@ def figure4(res: Results) -> list[ReportTable]:
 
 # -------------------------------------------------------------------------------------- Figure 5
 
-def figure5(res: Results) -> list[ReportTable]:
+def figure5(res: Results) -> list[Table]:
     cfg = res.cfg
     t = cfg.tables.figure5
     backends, benches = cfg.scope("figure5")
-    curve = ReportTable("figure5a", "Figure 5a (data): accuracy (%) as the number of retrieved elements k decreases", [
+    curve = paper_table("figure5a", "Figure 5a (data): accuracy (%) as the number of retrieved elements k decreases", [
         _agg(cfg),
         ("Each method answers with its top-k retrieved elements (task time only: the learned artifact is the one "
         "learned with the default k); at k = 0 Hybrid RAG answers closed-book and SourceLearn from its activated "
         "source model alone."), _ci(cfg)], ["Backend", "Benchmark", "Method"], [f"k={k}" for k in t.k])
-    gold = ReportTable("figure5b", "Figure 5b (data): accuracy (%) with the gold document removed from retrieval", [
+    gold = paper_table("figure5b", "Figure 5b (data): accuracy (%) with the gold document removed from retrieval", [
         _agg(cfg),
         ("Gold removed: every element of the task's gold documents (task metadata gold_doc_ids) and its labelled "
         "gold elements (gold_element_ids) are excluded from the ranking before the top k are taken."),
@@ -606,9 +602,9 @@ BUILDERS = {"table1": table1, "table2": table2, "table3": table3, "table4": tabl
             "table6": table6, "figure3": figure3, "figure4": figure4, "figure5": figure5}
 
 
-def build_all(res: Results, only: set[str] | None = None) -> dict[str, list[ReportTable]]:
+def build_all(res: Results, only: set[str] | None = None) -> dict[str, list[Table]]:
     """Every enabled table/figure of the config, as lists of tables keyed by the config's ids."""
-    out: dict[str, list[ReportTable]] = {}
+    out: dict[str, list[Table]] = {}
     for tid in res.cfg.tables.enabled():
         if only and tid not in only:
             continue

@@ -15,10 +15,12 @@ from typing import Any
 from sourcebench.harness.errors import SourceBenchError
 from sourcebench.harness.io import read_json
 
-from ..layout import NA, Figure, Table, fmt_p, pct, safe
+from ..layout import Figure, fmt_p, pct
 from ..provenance_marks import mark, notes_for
 from ..rundata import RunData, missing_rows
 from ..stats import format_delta, wilson_interval
+from ..table import NA, Table
+from ..text import safe
 from . import breakeven, keyoverlap
 from .keyoverlap import GROUPS, NO_KEYS
 

@@ -142,14 +142,14 @@ def test_minimum_detectable_effect_is_reported_and_small_deltas_are_not_resolvab
 
 def test_paper_tables_show_the_tested_delta_with_its_interval_and_never_mark_a_bad_cell_best():
     from sourcebench.reports.grid import (
-        ReportTable,
         accuracy_cell,
         compare,
         mark_best,
+        paper_table,
         set_delta,
         stats_table,
     )
-    from sourcebench.reports.render import to_markdown
+    from sourcebench.reports.layout import md_table
 
     base_rows = [_r("h", "s1", 0, f"t{i}", float(i < 36)) for i in range(40)]
     base_rows += [_r("h", "s2", 0, f"t{i}", float(i < 12)) for i in range(40)]
@@ -167,14 +167,14 @@ def test_paper_tables_show_the_tested_delta_with_its_interval_and_never_mark_a_b
                     seed=0, n_resamples=999, n_boot=300)
     assert stats[0]["delta_pp"] == pytest.approx(-20.0) and stats[0]["ci_lo_pp"] < -20 < stats[0]["ci_hi_pp"]
     assert m.delta_ci is not None and stats[0]["incomplete"] and stats[1]["degraded"]
-    t = ReportTable("t", "T: x", ["c"], ["Backend", "Method"], ["b"], stats=stats)
-    md = to_markdown(stats_table(t))
+    t = paper_table("t", "T: x", ["c"], ["Backend", "Method"], ["b"], stats=stats)
+    md = md_table(stats_table(t))
     assert "| -20.0 [" in md and "INCOMPLETE (40 / 0 tasks missing)" in md and "DEGRADED" in md
     assert "40 (40 groups)" in md
 
 
 def test_a_cell_with_fewer_rows_than_planned_is_incomplete_and_protocol_tables_carry_the_mark(tmp_path):
-    from sourcebench.reports.layout import Table
+    from sourcebench.reports.table import Table
     from sourcebench.reports.protocols.render import mark_health, unhealthy_methods
     from sourcebench.reports.rundata import missing_rows
 

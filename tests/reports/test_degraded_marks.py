@@ -1,12 +1,15 @@
 """Reproduce tables mark a value built on degraded cells with a dagger and name every reason."""
 
-from sourcebench.reports.grid import DAGGER, Cell, ReportTable, Row
-from sourcebench.reports.render import cell_plain, to_latex, to_markdown
+from sourcebench.reports.grid import paper_table
+from sourcebench.reports.table import DAGGER, Cell, Row, Table
+from sourcebench.reports.export import to_latex
+from sourcebench.reports.layout import md_table
+from sourcebench.reports.table import cell_plain
 
 
-def _table() -> ReportTable:
+def _table() -> Table:
     reason = "gpt-oss / phantomwiki: raptor on s1 (seed 0): degraded: test: 4 of 4 answers failed (100 %; output_cap 4)"
-    return ReportTable("table1", "Main results", ["Accuracy (%)."], ["Method"], ["PhantomWiki"], rows=[
+    return paper_table("table1", "Main results", ["Accuracy (%)."], ["Method"], ["PhantomWiki"], rows=[
         Row(["Hybrid RAG"], [Cell(value=0.5)]),
         Row(["RAPTOR"], [Cell(value=0.0, degraded=[reason])]),
     ], notes=["A note."])
@@ -14,7 +17,7 @@ def _table() -> ReportTable:
 
 def test_a_degraded_value_carries_a_dagger_and_the_reason_in_every_format():
     t = _table()
-    md = to_markdown(t)
+    md = md_table(t)
     assert f"0.0{DAGGER}" in md and "50.0" + DAGGER not in md
     assert "DEGRADED, not comparable with healthy cells" in md and "4 of 4 answers failed" in md
     assert "A note." in md

@@ -7,8 +7,9 @@ from types import SimpleNamespace
 
 import inspect_ai.log
 
-from sourcebench.reports.html import log_links
-from sourcebench.reports.layout import Table, html_table
+from sourcebench.reports.layout import html_table
+from sourcebench.reports.paper_page import log_table
+from sourcebench.reports.table import Table
 
 
 def _header(method: str, version: str) -> SimpleNamespace:
@@ -28,7 +29,7 @@ def test_logs_of_a_set_aside_method_version_are_marked_superseded(tmp_path, monk
     res = SimpleNamespace(root=tmp_path, cfg=SimpleNamespace(backends=[SimpleNamespace(id="b", name="B")],
                                               benchmarks=[SimpleNamespace(id="town", name="Town")]),
                           folder=lambda b, bn: tmp_path / b / bn, data=lambda b, bn: SimpleNamespace(results=rows))
-    page = log_links(res)
+    page = html_table(log_table(res))
     lines = {name: next(tr for tr in page.split("<tr>") if name in tr) for name in logs}
     assert "superseded (version 3, rows now of version 4)" in lines["old.eval"]
     assert "superseded" not in lines["new.eval"] and "superseded" not in lines["rag.eval"]

@@ -1,9 +1,12 @@
 """Numbers on a substitute source (run.json ``provenance.pinned`` false) carry a mark and a footnote
 naming the tree in every rendering of the paper tables and in the figures."""
 
-from sourcebench.reports.grid import Cell, ReportTable, Row
+from sourcebench.reports.grid import paper_table
+from sourcebench.reports.table import Cell, Row
 from sourcebench.reports.provenance_marks import MARK, by_source, notes_for_rows, substitutes
-from sourcebench.reports.render import cell_plain, to_csv, to_html, to_latex, to_markdown
+from sourcebench.reports.export import to_csv, to_latex
+from sourcebench.reports.layout import html_table, md_table
+from sourcebench.reports.table import cell_plain
 
 PROV = {"pinned": False, "pinned_commit": "52f43d9", "commit": "", "kind": "sdist", "label": "the conan 2.34.0 sdist",
         "content_sha256": "6f2654da48af4838c1c13ed04a25d9449251d4f0807e65598269eca344aa8d46"}
@@ -25,14 +28,14 @@ def test_only_sources_recorded_as_not_pinned_are_substitutes():
 def test_every_rendering_marks_the_cell_and_names_the_tree():
     marked = Cell(value=0.5, n=10, substitute=[NOTE])
     plain = Cell(value=0.25, n=10)
-    t = ReportTable("table1", "Table 1", ["caption"], ["Method"], ["SWE-QA conan", "SWE-QA flask"],
+    t = paper_table("table1", "Table 1", ["caption"], ["Method"], ["SWE-QA conan", "SWE-QA flask"],
                     rows=[Row(["m"], [marked, plain])])
     assert cell_plain(marked) == f"50.0{MARK}" and cell_plain(plain) == "25.0"
-    md = to_markdown(t)
-    assert f"50.0{MARK}" in md and "25.0" + MARK not in md and "swe\\_qa/conan: not the pinned tree" in md
+    md = md_table(t)
+    assert f"50.0{MARK}" in md and "25.0" + MARK not in md and "swe_qa/conan: not the pinned tree" in md
     tex = to_latex(t)
     assert r"50.0\textsuperscript{\S{}}" in tex and r"\S{} swe\_qa/conan: not the pinned tree" in tex
-    html = to_html(t)
+    html = html_table(t)
     assert 'class="substitute"' in html and "<li>" + NOTE.replace("'", "&#x27;") + "</li>" in html
     assert f"50.0{MARK}" in to_csv(t)
 
@@ -71,12 +74,12 @@ def test_table1_marks_the_cells_computed_on_a_substitute_source(tmp_path):
     col = t.columns.index("TwoSources")
     assert all(r.cells[col].substitute == [NOTE] for r in t.rows if r.cells[col].value is not None)
     assert all(not r.cells[t.columns.index("MultiDoc2Dial")].substitute for r in t.rows)
-    md = to_markdown(t)
-    assert md.count(MARK) >= 3 and "swe\\_qa/conan: not the pinned tree" in md
+    md = md_table(t)
+    assert md.count(MARK) >= 3 and "swe_qa/conan: not the pinned tree" in md
 
 
 def test_protocol_tables_of_a_run_with_a_substitute_carry_the_mark_and_the_note():
-    from sourcebench.reports.layout import Table
+    from sourcebench.reports.table import Table
     from sourcebench.reports.protocols.render import mark_substitutes
 
     tables = [Table("swe_qa: break-even", ["method"], [["m"]], "A note.")]

@@ -157,7 +157,7 @@ def test_no_module_imports_another_modules_private_names():
 
 
 def test_paper_table_labels_load_when_a_table_is_built_not_at_import():
-    code = ("import sys; import sourcebench.reports.tables, sourcebench.reports.html; "
+    code = ("import sys; import sourcebench.reports.tables, sourcebench.reports.paper_page; "
             "print(sorted(m for m in sys.modules if m.startswith('sourcebench.methods')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True)
     assert out.stdout.strip() == "[]", out.stdout

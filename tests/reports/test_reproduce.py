@@ -565,7 +565,7 @@ def test_html_report_opens_in_headless_chromium(toy_run, tmp_path):
                          timeout=180)
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
-    assert html.count('<table class="paper"') >= 14
+    assert html.count('<table id="') >= 14  # the paper tables (and their comparisons) carry their ids
     assert html.count("<img") == 3
     for tid in ("table1", "table2", "table3", "table4", "table5", "table6", "figure3", "figure4", "figure5"):
         assert f'<section id="{tid}">' in html, tid

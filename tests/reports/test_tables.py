@@ -19,7 +19,8 @@ import pytest
 from sourcebench.reports.config import parse_config
 from sourcebench.reports.figures import render_figures
 from sourcebench.reports.grid import Cell, mark_best, set_delta
-from sourcebench.reports.render import to_csv, to_latex, to_markdown
+from sourcebench.reports.export import to_csv, to_latex
+from sourcebench.reports.layout import md_table
 from sourcebench.reports.results import Results, status_path
 from sourcebench.reports.stats import holm
 from sourcebench.reports.tables import build_all, table1, table2, table5, table6
@@ -62,9 +63,9 @@ def _cells(table, row: int) -> list[str]:
 
 
 def to_markdown_cell(c: Cell) -> str:
-    from sourcebench.reports.render import _md_cell
+    from sourcebench.reports.layout import md_value
 
-    return _md_cell(c, False)
+    return md_value(c)
 
 
 # ---------------------------------------------------------------------------- Table 1 arithmetic
@@ -163,7 +164,7 @@ def test_table1_renders_the_same_numbers_in_every_format(hand_root):
     assert (r["accuracy_pct"], r["delta_shown_pp"], r["delta_exact_pp"], r["mark"]) == ("87.5000", "43.8", "43.7500",
                                                                                          "best")
     assert float(r["ci_lo_pct"]) <= 87.5 <= float(r["ci_hi_pct"])
-    md = to_markdown(t)
+    md = md_table(t)
     assert "| Backend | Method | Document QA / MultiDoc2Dial | Document QA / TwoSources |" in md
     assert "[" in md.splitlines()[5]  # show_ci prints the interval in the cell
 
@@ -283,7 +284,7 @@ def test_golden_files_of_every_table():
     mismatched = []
     for tables in built.values():
         for t in tables:
-            for ext, fn in (("md", to_markdown), ("csv", to_csv), ("tex", to_latex)):
+            for ext, fn in (("md", md_table), ("csv", to_csv), ("tex", to_latex)):
                 path = GOLDEN / f"{t.id}.{ext}"
                 text = fn(t)
                 if regen:
