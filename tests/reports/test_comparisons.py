@@ -174,9 +174,9 @@ def test_paper_tables_show_the_tested_delta_with_its_interval_and_never_mark_a_b
 
 
 def test_a_cell_with_fewer_rows_than_planned_is_incomplete_and_protocol_tables_carry_the_mark(tmp_path):
-    from sourcebench.reports.table import Table
     from sourcebench.reports.protocols.render import mark_health, unhealthy_methods
     from sourcebench.reports.rundata import missing_rows
+    from sourcebench.reports.table import Table
 
     rows = [_r("hybrid_rag", "s", seed, f"t{i}", 1.0) for seed in (0, 1) for i in range(6)]
     rows += [_r("m", "s", 0, f"t{i}", 1.0) for i in range(6)]  # its seed-1 inspect task errored: no rows

@@ -1,10 +1,9 @@
 """Reproduce tables mark a value built on degraded cells with a dagger and name every reason."""
 
-from sourcebench.reports.grid import paper_table
-from sourcebench.reports.table import DAGGER, Cell, Row, Table
 from sourcebench.reports.export import to_latex
+from sourcebench.reports.grid import paper_table
 from sourcebench.reports.layout import md_table
-from sourcebench.reports.table import cell_plain
+from sourcebench.reports.table import DAGGER, Cell, Row, Table, cell_plain
 
 
 def _table() -> Table:

@@ -1,12 +1,11 @@
 """Numbers on a substitute source (run.json ``provenance.pinned`` false) carry a mark and a footnote
 naming the tree in every rendering of the paper tables and in the figures."""
 
-from sourcebench.reports.grid import paper_table
-from sourcebench.reports.table import Cell, Row
-from sourcebench.reports.provenance_marks import MARK, by_source, notes_for_rows, substitutes
 from sourcebench.reports.export import to_csv, to_latex
+from sourcebench.reports.grid import paper_table
 from sourcebench.reports.layout import html_table, md_table
-from sourcebench.reports.table import cell_plain
+from sourcebench.reports.provenance_marks import MARK, by_source, notes_for_rows, substitutes
+from sourcebench.reports.table import Cell, Row, cell_plain
 
 PROV = {"pinned": False, "pinned_commit": "52f43d9", "commit": "", "kind": "sdist", "label": "the conan 2.34.0 sdist",
         "content_sha256": "6f2654da48af4838c1c13ed04a25d9449251d4f0807e65598269eca344aa8d46"}
@@ -79,8 +78,8 @@ def test_table1_marks_the_cells_computed_on_a_substitute_source(tmp_path):
 
 
 def test_protocol_tables_of_a_run_with_a_substitute_carry_the_mark_and_the_note():
-    from sourcebench.reports.table import Table
     from sourcebench.reports.protocols.render import mark_substitutes
+    from sourcebench.reports.table import Table
 
     tables = [Table("swe_qa: break-even", ["method"], [["m"]], "A note.")]
     [t] = mark_substitutes(tables, [NOTE])

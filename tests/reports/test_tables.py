@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from sourcebench.reports.config import parse_config
+from sourcebench.reports.export import to_csv, to_latex
 from sourcebench.reports.figures import render_figures
 from sourcebench.reports.grid import Cell, mark_best, set_delta
-from sourcebench.reports.export import to_csv, to_latex
 from sourcebench.reports.layout import md_table
 from sourcebench.reports.results import Results, status_path
 from sourcebench.reports.stats import holm
