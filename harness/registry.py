@@ -24,6 +24,8 @@ from typing import Any
 
 from .errors import ConfigError
 
+DISTRIBUTION = "sourcebench"  # this project's distribution name (pyproject's [project] name)
+
 METHOD_GROUP = "sourcebench.methods"
 BENCHMARK_GROUP = "sourcebench.benchmarks"
 COMMAND_GROUP = "sourcebench.commands"
@@ -52,10 +54,11 @@ _BUILTIN_BENCHMARKS = {
     "narrativeqa": "sourcebench.adapters.narrativeqa:NarrativeQA",
     "appworld": "sourcebench.adapters.appworld:AppWorld",
 }
-# Subcommands other packages bring to the CLI: each target is a ``harness.method.Command``.
+# Subcommands found through the ``sourcebench.commands`` entry points (the reports' ``protocol``; ``reproduce``,
+# kept in its own package of the application tier): each target is a ``harness.method.Command``.
 _BUILTIN_COMMANDS = {
     "protocol": "sourcebench.reports.protocols.cli:COMMAND",
-    "reproduce": "sourcebench.reports.reproduce:COMMAND",
+    "reproduce": "sourcebench.harness.cli.reproduce:COMMAND",
 }
 BUILTINS = {METHOD_GROUP: _BUILTIN_METHODS, BENCHMARK_GROUP: _BUILTIN_BENCHMARKS, COMMAND_GROUP: _BUILTIN_COMMANDS}
 _EXTRA: dict[str, dict[str, Any]] = {METHOD_GROUP: {}, BENCHMARK_GROUP: {}, COMMAND_GROUP: {}}
@@ -89,11 +92,15 @@ def registered(group: str, classes: dict[str, Any]) -> Iterator[None]:
 def _targets(group: str, builtin: dict[str, str]) -> dict[str, Any]:
     """Built-ins, then installed entry points, then run-time registrations. An entry point may name a
     built-in only with the built-in's own target (this distribution's); another package's entry point
-    under a built-in's name is an error, never a silent replacement."""
+    under a built-in's name is an error, never a silent replacement. This distribution's own entry
+    point under another target is the metadata of an editable install made before a built-in moved
+    (entry points are written at install time): the built-in table, which is the code's, wins."""
     found: dict[str, Any] = dict(builtin)
     for ep in entry_points(group=group):
         if ep.name in builtin and ep.value != builtin[ep.name]:
             dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed package"
+            if dist == DISTRIBUTION:
+                continue
             raise ConfigError(f"{dist} registers {group} entry point {ep.name!r} = {ep.value!r}, but "
                               f"{ep.name!r} is a built-in ({builtin[ep.name]}); rename it in that package")
         found[ep.name] = ep

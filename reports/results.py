@@ -1,7 +1,7 @@
 """Read access to a reproduce output root: one run folder per (backend, benchmark), the status of
 every planned cell, and the derived files (regions, cycles, audits) that some tables read.
 
-Layout under the root (written by ``reports.reproduce``)::
+Layout under the root (written by ``sourcebench reproduce``, ``harness/cli/reproduce/``)::
 
     <backend>/<benchmark>/            a run folder (docs/results-format.md)
     <backend>/<benchmark>/reproduce/  derived data: regions.json (Table 5), cycles.json (Table 6),

@@ -26,6 +26,25 @@ def test_our_own_entry_point_for_a_builtin_is_the_builtin(monkeypatch):
     assert registry.get_method_class("raptor").__module__ == "sourcebench.methods.raptor"
 
 
+def test_our_own_stale_entry_point_for_a_moved_builtin_is_the_builtin(monkeypatch):
+    """An editable install keeps the entry points of its install time: after a built-in command moved
+    (``reproduce``: reports/ to harness/cli/), its old target must not break the CLI; another package's
+    entry point under that name still does."""
+    from types import SimpleNamespace
+
+    from sourcebench.harness.commands import package_commands
+
+    old = "sourcebench.reports.reproduce:COMMAND"
+    ep = EntryPoint("reproduce", old, registry.COMMAND_GROUP)._for(SimpleNamespace(name=registry.DISTRIBUTION))
+    _with_entry_points(monkeypatch, ep)
+    assert registry.command_targets()["reproduce"] == "sourcebench.harness.cli.reproduce:COMMAND"
+    assert [c.name for c in package_commands()] == ["protocol", "reproduce"]
+    other = EntryPoint("reproduce", old, registry.COMMAND_GROUP)._for(SimpleNamespace(name="my-pkg"))
+    _with_entry_points(monkeypatch, other)
+    with pytest.raises(ConfigError, match="my-pkg registers .* 'reproduce' is a built-in"):
+        registry.command_targets()
+
+
 def test_a_new_name_from_another_package_is_added(monkeypatch):
     ep = EntryPoint("my_method", "sourcebench.methods.no_source:NoSource", registry.METHOD_GROUP)
     _with_entry_points(monkeypatch, ep)

@@ -1,5 +1,9 @@
 """Data some tables need beyond the scored rows, derived once per run folder into ``reproduce/``.
 
+Deriving it embeds questions, builds or loads the Hybrid RAG index and loads saved models, so it runs
+in the application tier with the rest of ``sourcebench reproduce``; the tables in ``reports/`` only
+read the files written here (their names: ``reports.results.DERIVED``).
+
 - ``matched_<method>.json`` (Table 2): the prompt tokens a reference method used on every test task,
   which the budget-matched counterparts read up to (the ``match_context_file`` option of Hybrid RAG,
   RAPTOR and HippoRAG 2; ``methods.evidence``).
@@ -39,9 +43,8 @@ from sourcebench.harness.errors import DataError
 from sourcebench.harness.io import atomic_write_json, read_json
 from sourcebench.harness.registry import get_method_class
 from sourcebench.harness.runner import limit_tasks
-
-from .results import DERIVED
-from .rundata import load_run
+from sourcebench.reports.results import DERIVED
+from sourcebench.reports.rundata import load_run
 
 REGION_DEFINITION = (
     "anchors = gold evidence elements if labelled, else the top-k Hybrid RAG elements for the question; "
