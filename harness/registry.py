@@ -52,9 +52,10 @@ _BUILTIN_BENCHMARKS = {
     "narrativeqa": "sourcebench.adapters.narrativeqa:NarrativeQA",
     "appworld": "sourcebench.adapters.appworld:AppWorld",
 }
+DISTRIBUTION = "sourcebench"  # this package's distribution name (its entry points name the built-ins)
 # Subcommands other packages bring to the CLI: each target is a ``harness.method.Command``.
 _BUILTIN_COMMANDS = {
-    "protocol": "sourcebench.reports.protocols.cli:COMMAND",
+    "protocol": "sourcebench.harness.cli.protocol:COMMAND",
     "reproduce": "sourcebench.reports.reproduce:COMMAND",
 }
 BUILTINS = {METHOD_GROUP: _BUILTIN_METHODS, BENCHMARK_GROUP: _BUILTIN_BENCHMARKS, COMMAND_GROUP: _BUILTIN_COMMANDS}
@@ -94,6 +95,8 @@ def _targets(group: str, builtin: dict[str, str]) -> dict[str, Any]:
     for ep in entry_points(group=group):
         if ep.name in builtin and ep.value != builtin[ep.name]:
             dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed package"
+            if dist == DISTRIBUTION:  # our own, as installed: an editable install's entry points are written at
+                continue  # install time, so a built-in moved since keeps its old target there until reinstalled
             raise ConfigError(f"{dist} registers {group} entry point {ep.name!r} = {ep.value!r}, but "
                               f"{ep.name!r} is a built-in ({builtin[ep.name]}); rename it in that package")
         found[ep.name] = ep

@@ -1,46 +1,35 @@
-"""The evaluation protocols (key-overlap, break-even, prequential, harmful entries) as report options.
+"""The evaluation protocols (key-overlap, break-even, prequential, harmful entries) as report options: their
+statistics and rendering.
 
-Pure parts are checked on hand-built inputs with hand-computed numbers; the model-calling protocols
-run on a real run folder made by the Runner over a toy benchmark with the scripted model, with toy
-methods whose behaviour makes the expected verdicts exact: one note that makes every answer wrong
-(harmful), one note never shown (not evaluated), and learners that can only answer a topic after
-having learned from a task about it (prequential: answered before learned from).
+Pure parts are checked on hand-built inputs with hand-computed numbers; the summaries of the model-calling
+protocols on raw results (hand-built, or recorded by the code before the core/reports split), and the report
+sections on a real run folder made by the Runner over the toy benchmark of ``tests/protocol_toys.py`` with the
+scripted model. Their model-calling part (streams, leave-one-out, the run session) is tested in
+``tests/harness/test_protocols_run.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from sourcebench.adapters.phantomwiki.benchmark import gold_path
-from sourcebench.harness.cli import main
-from sourcebench.harness.data import Split, Task
+from sourcebench.harness.cli.protocol import compute as compute_protocol
+from sourcebench.harness.data import Task
 from sourcebench.harness.errors import ConfigError
-from sourcebench.harness.method import Context
-from sourcebench.harness.planner import Plan
-from sourcebench.harness.protocols.entries import Entry, entry_access
+from sourcebench.harness.protocols.entries import Entry
 from sourcebench.harness.providers import scripted
 from sourcebench.harness.registry import register_benchmark
 from sourcebench.harness.runner import RunConfig, Runner
 from sourcebench.reports.leaderboard import write_report
 from sourcebench.reports.protocols import breakeven, default_protocols, keyoverlap, parse_protocols
-from sourcebench.reports.protocols import compute as compute_protocol
-from sourcebench.reports.protocols.harmful import (
-    HarmfulSettings,
-    judge_entry,
-    min_detectable_tasks,
-    sample_entries,
-)
-from sourcebench.reports.protocols.prequential import (
-    PrequentialSettings,
-    block_bounds,
-    cumulative,
-    stream_order,
-)
+from sourcebench.reports.protocols.harmful import CRITERION, judge_entry
+from sourcebench.reports.protocols.harmful import summarize as summarize_harmful
+from sourcebench.reports.protocols.prequential import summarize as summarize_prequential
 from sourcebench.reports.protocols.render import break_even_tables, sparkline
 from sourcebench.reports.rundata import load_run
 from tests.protocol_toys import (
@@ -49,14 +38,12 @@ from tests.protocol_toys import (
     TEST,
     NoKeys,
     ToyBoxes,
-    ToyIncremental,
-    ToyLearner,
-    ToyNotes,
-    _live,
     make_toy_run,
     reply,
     toys_registered,
 )
+
+GOLDEN = Path(__file__).parents[1] / "harness" / "golden" / "protocols.json"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -328,161 +315,84 @@ def test_repeats_do_not_shrink_p():
     assert v["p_value"] == pytest.approx(2 / 64) and v["mean_diff"] == pytest.approx(2 / 3) and v["harmful"]
 
 
-def test_fewest_tasks_that_can_be_flagged():
-    # the exact sign-flip test on n tasks never goes below 2 / 2**n: 2/32 = 0.0625, 2/64 = 0.031
-    assert min_detectable_tasks(0.05) == 6 and min_detectable_tasks(0.01) == 8 and min_detectable_tasks(0.1) == 5
+def test_five_tasks_are_never_flagged():
+    # the exact sign-flip test on n tasks never goes below 2 / 2**n: 2/32 = 0.0625 (the core's detectability
+    # rule, harness.protocols.harmful.min_detectable_tasks, leaves such entries out)
     assert not judge_entry([0.0] * 5, [1.0] * 5, 0.05)["harmful"]  # 5 tasks: p = 0.0625 at best
-    with pytest.raises(ValueError):
-        min_detectable_tasks(0.0)
 
 
-def test_entry_sample_is_seeded():
-    plan = Plan(SOURCE, Split(benchmark="b", source_id="boxes", seed=0, guidance_ids=[], test_ids=[]), [], [])
-    es = [Entry(f"e{i}", f"text {i}") for i in range(50)]
-    a = sample_entries(es, HarmfulSettings(max_entries=10), plan)
-    assert len(a) == 10 and a == sample_entries(es, HarmfulSettings(max_entries=10), plan)
-    assert a != sample_entries(es, HarmfulSettings(max_entries=10, seed=1), plan)
-    assert sample_entries(es, HarmfulSettings(max_entries=0), plan) == es
+def _raw_entry(eid: str, n_tasks: int, repeats: int, fixed: int) -> dict[str, Any]:
+    """A raw evaluated entry as the core returns it: removal fixes the first ``fixed`` tasks (every repeat)."""
+    pairs = [[f"t{t}", r] for r in range(repeats) for t in range(n_tasks)]
+    return {"id": eid, "text": f"entry {eid}", "pairs": pairs, "with_scores": [0.0] * len(pairs),
+            "without_scores": [1.0 if int(t[1:]) < fixed else 0.0 for t, _ in pairs]}
 
 
-def test_awm_and_sourcelearn_entry_adapters():
-    from sourcebench.methods.awm import AWM, AWMState, Workflow, render_workflows
-    from sourcebench.methods.sourcelearn.method import SourceLearn
-    from sourcebench.methods.sourcelearn.model import Scope, SourceModel, Unit
-
-    wfs = [Workflow(name="find_parent", description="Finds a parent.", steps=["Read {person}.", "Answer."]),
-           Workflow(name="count_kids", description="Counts children.", steps=["List {person}'s kids.", "Count."])]
-    acc = entry_access(AWM())
-    state = AWMState(workflows=wfs, notes=render_workflows(wfs))
-    es = acc.entries(state)
-    assert [e.id for e in es] == ["workflow-0:find_parent", "workflow-1:count_kids"]
-    assert all(e.shown_in(state.notes) for e in es)
-    reduced = acc.without(state, es[0].id)
-    assert not es[0].shown_in(reduced.notes) and es[1].shown_in(reduced.notes)
-
-    units = [Unit(id=f"u{i}", statement=f"Fact {i}.", role="detail", scope=Scope(kind="source")) for i in range(3)]
-    sm = SourceModel(source_id="s", source_fingerprint="f", units=units)
-    acc = entry_access(SourceLearn())
-    assert [e.id for e in acc.entries(sm)] == ["u0", "u1", "u2"]
-    smaller = acc.without(sm, "u1")
-    assert [u.id for u in smaller.units] == ["u0", "u2"] and len(sm.units) == 3  # the loaded state is untouched
-    assert entry_access(ToyNotes()).kind == "entry" and entry_access(ToyLearner()) is None
-
-
-def test_harmful_entries_on_a_run(toy_run):
-    scripted.set_script(reply)
-    assert HarmfulSettings().repeats == 3  # the default: one repeat cannot tell an entry from noise
-    # one repeat here, so the live-call count below is the reduced states' alone
-    live_before = _live(toy_run)
-    res = compute_protocol("harmful", toy_run, methods=["toy_notes", "hybrid_rag"], settings={"max_entries": 0, "repeats": 1})
-    notes = next(m for m in res["methods"] if m["method"] == "toy_notes")
-    art = notes["artifacts"][0]
-    # n-green is never shown (no green test task): left out; n-red is shown to the 3 red tasks only, too few
-    # for p < 0.05 (2 / 2^3 = 0.25): undetectable, not evaluated, not in the rate; n-bad (6 tasks) is harmful
-    assert (art["n_entries"], art["n_exposed"], art["n_undetectable"], art["n_detectable"], art["n_evaluated"],
-            art["n_harmful"]) == (3, 2, 1, 1, 1, 1)
-    verdicts = {e["id"]: e for e in art["entries"]}
-    assert verdicts["n-bad"]["harmful"] and verdicts["n-bad"]["n_tasks"] == 6
-    assert verdicts["n-bad"]["with_mean"] == 0.0 and verdicts["n-bad"]["without_mean"] == 1.0
-    assert verdicts["n-red"]["verdict"] == "undetectable" and verdicts["n-red"]["n_tasks"] == 3
-    assert not verdicts["n-red"]["harmful"] and "p_value" not in verdicts["n-red"]
-    assert notes["rate"] == 1.0 and res["min_detectable_tasks"] == 6
-    assert next(m for m in res["methods"] if m["method"] == "hybrid_rag")["status"] == "no entries"
-    # full-artifact answers were cached by the test phase; only n-bad's reduced state costs live calls (6)
-    assert _live(toy_run) - live_before == 6
-    assert json.loads((toy_run / "protocols" / "harmful.json").read_text())["methods"][0]["rate"] == 1.0
-    # exposure reported by the answers themselves gives the same verdicts (their texts are never in a prompt)
-    res = compute_protocol("harmful", toy_run, methods=["toy_reported"], settings={"max_entries": 0, "repeats": 1})
-    rep = next(m for m in res["methods"] if m["method"] == "toy_reported")
-    assert (rep["n_exposed"], rep["n_undetectable"], rep["n_evaluated"], rep["n_harmful"], rep["rate"]) == \
-        (2, 1, 1, 1, 1.0)
-    # the file keeps the methods of the earlier invocation with the same settings
-    assert {m["method"] for m in res["methods"]} == {"toy_notes", "hybrid_rag", "toy_reported"}
-    # re-running is free: every call is in the run's cache
-    before = _live(toy_run)
-    compute_protocol("harmful", toy_run, methods=["toy_notes"], settings={"max_entries": 0, "repeats": 1})
-    assert _live(toy_run) == before
-
-
-def test_harmful_repeats_on_a_run_leave_p_unchanged(toy_run):
-    """Three repeats of every (task, entry) pair: n-bad has 18 pairs but still 6 tasks, and the same p."""
-    scripted.set_script(reply)
-    res = compute_protocol("harmful", toy_run, methods=["toy_notes"], settings={"max_entries": 0, "repeats": 3})
-    art = next(m for m in res["methods"] if m["method"] == "toy_notes")["artifacts"][0]
-    bad = next(e for e in art["entries"] if e["id"] == "n-bad")
-    assert (bad["n_pairs"], bad["n_tasks"], bad["p_value"]) == (18, 6, pytest.approx(2 / 64)) and bad["harmful"]
-    assert next(e for e in art["entries"] if e["id"] == "n-red")["verdict"] == "undetectable"  # 3 tasks, 9 pairs
+def test_harmful_summary_judges_the_raw_scores():
+    """From raw paired scores: each entry's verdict is judge_entry's, an artifact's rate is harmful / evaluated,
+    a method's rate the mean over its artifacts with a rate, and its status says why there is none."""
+    art = {"artifact": "a1", "source": "s", "seed": 0, "status": "ok", "n_entries": 4, "n_exposed": 3,
+           "n_detectable": 2, "n_undetectable": 1, "n_evaluated": 2, "full_score": 0.0,
+           "entries": [_raw_entry("bad", 6, 1, 6), _raw_entry("noise", 6, 1, 1),
+                       {"id": "few", "text": "entry few", "n_tasks": 3, "undetectable": True}]}
+    only_few = {**art, "artifact": "a2", "seed": 1, "n_detectable": 0, "n_evaluated": 0, "entries": art["entries"][2:]}
+    raw = {"protocol": "harmful", "min_detectable_tasks": 6, "settings": {"alpha": 0.05}, "benchmark": "b",
+           "methods": [{"method": "m", "entry_kind": "unit", "artifacts": [art, only_few,
+                                                                          {"source": "s", "seed": 2,
+                                                                           "status": "not learned"}]},
+                       {"method": "u", "entry_kind": "unit", "artifacts": [only_few]},
+                       {"method": "r", "status": "no entries", "reason": "no"}],
+           "live_calls": 7}
+    res = summarize_harmful(raw)
+    assert list(res) == ["protocol", "criterion", "entries", "min_detectable_tasks", "settings", "benchmark",
+                         "methods", "live_calls"]
+    assert res["criterion"] == CRITERION and res["live_calls"] == 7
+    m = res["methods"][0]
+    a1 = m["artifacts"][0]
+    assert list(a1) == ["artifact", "source", "seed", "status", "n_entries", "n_exposed", "n_detectable",
+                        "n_undetectable", "n_evaluated", "n_harmful", "rate", "full_score", "entries"]
+    bad, noise, few = a1["entries"]
+    assert bad == {"id": "bad", "text": "entry bad", **judge_entry([0.0] * 6, [1.0] * 6, 0.05),
+                   "pairs": [[f"t{t}", 0] for t in range(6)], "with_scores": [0.0] * 6, "without_scores": [1.0] * 6}
+    assert bad["harmful"] and bad["p_value"] == pytest.approx(2 / 64) and not noise["harmful"]
+    assert few == {"id": "few", "text": "entry few", "n_tasks": 3, "harmful": False, "verdict": "undetectable"}
+    assert (a1["n_harmful"], a1["rate"]) == (1, 0.5) and m["artifacts"][1]["rate"] is None
+    assert m["artifacts"][2] == {"source": "s", "seed": 2, "status": "not learned"}
+    assert (m["status"], m["rate"], m["n_evaluated"], m["n_harmful"], m["n_undetectable"]) == ("ok", 0.5, 2, 1, 2)
+    assert list(m) == ["method", "status", "entry_kind", "rate", "n_entries", "n_exposed", "n_detectable",
+                       "n_undetectable", "n_evaluated", "n_harmful", "artifacts"]
+    assert res["methods"][1]["status"] == "no detectable entries" and res["methods"][1]["rate"] is None
+    assert res["methods"][2] == {"method": "r", "status": "no entries", "reason": "no"}
+    # repeats enter the test as seeds of their task: 6 tasks x 3 repeats, the same p as 6 tasks
+    rep = summarize_harmful({**raw, "methods": [{"method": "m", "entry_kind": "unit", "artifacts": [
+        {**art, "n_evaluated": 1, "entries": [_raw_entry("bad", 6, 3, 6)]}]}]})
+    e = rep["methods"][0]["artifacts"][0]["entries"][0]
+    assert (e["n_pairs"], e["n_tasks"], e["p_value"]) == (18, 6, pytest.approx(2 / 64))
 
 
 # ------------------------------------------------------------------------------------------ prequential
 
 
-def test_stream_and_blocks():
-    assert block_bounds(6, PrequentialSettings(blocks=4)) == [(0, 2), (2, 4), (4, 6)]
-    assert block_bounds(5, PrequentialSettings(block_size=5)) == [(0, 5)]
-    assert block_bounds(0, PrequentialSettings()) == []
-    order = stream_order(TEST, 0, 0)
-    assert sorted(t.id for t in order) == sorted(t.id for t in TEST) and order == stream_order(TEST, 0, 0)
-    assert [t.id for t in order] != [t.id for t in stream_order(TEST, 1, 0)]
-    assert cumulative([1.0, 0.0, 1.0, 1.0]) == [1.0, 0.5, pytest.approx(2 / 3), 0.75]
+def test_sparkline():
     assert sparkline([0.0, 0.5, 1.0]) == "▁▅█"
 
 
-def _expected_online(block: int) -> list[float]:
-    """A task is right only if a task of its topic came before its block (it was answered before learned)."""
-    stream = stream_order(TEST, 0, 0)
-    out = []
-    for i, t in enumerate(stream):
-        start = (i // block) * block
-        out.append(float(t.metadata["topic"] in {s.metadata["topic"] for s in stream[:start]}))
-    return out
+SUMMARY_KEYS = ("online", "stateless", "gain_pp", "test", "p_value", "curve", "block_starts")
 
 
-def test_prequential_on_a_run(toy_run):
-    scripted.set_script(reply)
-    ToyLearner.learn_calls.clear()
-    ToyIncremental.more_calls.clear()
-    res = compute_protocol("prequential", toy_run, methods=["toy_learner", "toy_incremental", "hybrid_rag"],
-                           settings={"block_size": 2})
-    by = {m["method"]: m for m in res["methods"]}
-    stream = [t.id for t in stream_order(TEST, 0, 0)]
-    expected = _expected_online(2)
-    for name in ("toy_learner", "toy_incremental"):
-        cell = by[name]["cells"][0]
-        assert [t["task_id"] for t in cell["tasks"]] == stream
-        assert [t["online"] for t in cell["tasks"]] == expected
-        assert all(t["stateless"] == 0.0 for t in cell["tasks"])
-        assert by[name]["gain_pp"] == pytest.approx(100.0 * sum(expected) / len(expected))
-        assert by[name]["curve"][-1]["online"] == pytest.approx(sum(expected) / len(expected))
-    assert by["toy_learner"]["mode"] == "re-learn on prefix" and by["toy_incremental"]["mode"] == "incremental"
-    # re-learned on the empty prefix and on each growing prefix, never on a task not yet answered; the
-    # incremental learner (a subclass) learns once, from nothing, and then only through learn_more
-    assert ToyLearner.learn_calls == [[], stream[:2], stream[:4], []]
-    assert ToyIncremental.more_calls == [stream[0:2], stream[2:4]]
-    assert by["hybrid_rag"]["mode"] == "stateless" and by["hybrid_rag"]["gain_pp"] == 0.0
-    assert by["hybrid_rag"]["online"] == 1.0
-    protocol_rows = [json.loads(x) for x in (toy_run / "usage.jsonl").read_text().splitlines()
-                     if json.loads(x)["phase"] == "protocol"]
-    assert {r["stage"] for r in protocol_rows} >= {"prequential.answer"}
-    # the stateless reference is stated per method; toy learning makes no model calls
-    assert by["toy_learner"]["reference"] == "toy_learner learned from no task (no zero-learning variant registered)"
-    assert by["hybrid_rag"]["reference"].startswith("hybrid_rag's run artifact")
-    assert by["toy_learner"]["reference_cost"] == {"calls": 0.0, "tokens": 0.0}
-
-
-def test_prequential_counts_the_learning_the_reference_contains(toy_run, tmp_path):
-    """toy_costly learned from no task still holds the shared base summary the run built (1 call): the
-    reference is not free. Online learning on the prefixes of 2 and 4 tasks makes 2 + 4 study calls."""
-    scripted.set_script(reply)
-    res = compute_protocol("prequential", toy_run, methods=["toy_costly"], settings={"block_size": 2})
-    m = next(x for x in res["methods"] if x["method"] == "toy_costly")
-    assert m["reference_cost"]["calls"] == 1.0 and m["reference_cost"]["tokens"] > 0
-    assert m["online_learning_cost"]["calls"] == 6.0
-    md = write_report(toy_run, out_dir=tmp_path / "rep", protocols=["prequential"])["md"].read_text()
-    section = md.split("**Prequential (online) evaluation**", 1)[1]
-    row = next(ln for ln in section.splitlines() if ln.startswith("| toy_costly |"))
-    assert "toy_costly learned from no task" in row and "| 1.0 / " in row and "| 6.0 / " in row
-    assert "stateless reference" in md
+@pytest.mark.parametrize("key", ["prequential_block2", "prequential_default"])
+def test_prequential_summary_is_the_recorded_result(key):
+    """The raw streams of a recorded result (its cells and costs, what the core returns), summarized again, give
+    the recorded result: the accuracies, gain, test and curve the code before the split computed."""
+    golden = json.loads(GOLDEN.read_text())[key]
+    raw = {**golden, "methods": [{k: v for k, v in m.items() if k not in SUMMARY_KEYS} for m in golden["methods"]]}
+    assert all("gain_pp" not in m for m in raw["methods"]) and any(m["gain_pp"] for m in golden["methods"])
+    res = summarize_prequential(raw)
+    assert res == golden
+    assert list(res) == ["protocol", "settings", "benchmark", "methods", "live_calls"]  # the file's order
+    assert all(list(m) == ["method", "mode", "reference", "reference_cost", "online_learning_cost", "online",
+                           "stateless", "gain_pp", "test", "p_value", "curve", "block_starts", "cells"]
+               for m in res["methods"])
 
 
 def test_learn_time_judge_calls_are_their_own_phase(tmp_path, _toys):
@@ -570,32 +480,6 @@ def test_report_protocol_defaults(toy_run, tmp_path):
         assert default_protocols(data) == stored  # stateless methods only: nothing to say by default
     finally:
         (tmp_path / "p.json").rename(toy_run / "protocols" / "prequential.json")
-
-
-def test_protocol_and_report_commands(toy_run, tmp_path, capsys):
-    scripted.set_script(reply)
-    assert main(["protocol", "break-even", str(toy_run)]) == 0
-    out = capsys.readouterr().out
-    assert "break-even vs each method's zero-learning variant" in out
-    assert (toy_run / "protocols" / "break-even.json").exists()
-    assert main(["report", str(toy_run), "--out", str(tmp_path / "r"), "--protocols", "key-overlap"]) == 0
-    assert "key-overlap groups" in (tmp_path / "r" / "leaderboard.md").read_text()
-    assert main(["protocol", "harmful", str(toy_run), "--methods", "no_such_method"]) == 2
-
-
-def test_answers_are_scored_failures_when_a_method_breaks(toy_run):
-    from sourcebench.harness.protocols.session import RunSession, answer_and_score
-
-    class Broken(ToyNotes):
-        async def answer(self, task, state, ctx):
-            raise RuntimeError("boom")
-
-    session = RunSession(toy_run, methods=["toy_notes"])
-    plan = session.plans()[0]
-    ctx = session.context(Context, Broken(), plan, "check")
-    answer, score = asyncio.run(answer_and_score(Broken(), plan.tests[0], [], ctx))
-    assert answer.failed and "boom" in answer.failure_reason and score == 0.0
-    assert [t.id for t in plan.tests] == [t.id for t in TEST] and [t.id for t in plan.guidance] == ["q00", "q01"]
 
 
 def test_prequential_figure_scales_low_curves_and_keeps_100_for_high_ones():
