@@ -1,5 +1,5 @@
 """The ``sourcebench`` command: one module per built-in command, plus the commands other packages
-register (``sourcebench.commands`` entry points, e.g. the reports' ``protocol`` and ``reproduce``) and
+register (``sourcebench.commands`` entry points, e.g. ``protocol`` and the reports' ``reproduce``) and
 those registered methods bring (``Method.cli_commands``, e.g. SourceLearn's ``audit``)."""
 
 from __future__ import annotations
