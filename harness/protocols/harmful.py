@@ -37,8 +37,8 @@ Entries are the method's own units (``Method.entries``: RIKA's admitted claims, 
 already split; SourceLearn's units; AWM's workflows; kb-curator's store entries). Unlike seed 001
 (Appendix A.2), which first decomposes every artifact into atomic claims, they are not re-split
 here, so rates compare each method's own units rather than one common granularity
-(``reports.protocols.harmful.ENTRY_DEFINITION``, shown in the report). All calls go through the run's cache and are counted
-under phase ``protocol``.
+(``reports.protocols.harmful.ENTRY_DEFINITION``, shown in the report). All calls go through the
+run's cache and are counted under phase ``protocol``.
 
 This module makes the model calls (steps 1 and 2, the exposure and detectability rule, the entry
 sample) and returns raw results: per evaluated entry its exposed pairs and paired score lists. The

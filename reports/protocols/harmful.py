@@ -58,7 +58,7 @@ def summarize_artifact(raw: dict[str, Any], alpha: float) -> dict[str, Any]:
     """One artifact's verdicts (``judge_entry`` per evaluated entry), number of harmful entries and rate."""
     if raw.get("status") != "ok":
         return raw
-    records = []
+    records = []  # in the core's order: the evaluated entries, then the undetectable ones
     for e in raw["entries"]:
         if e.get("undetectable"):
             records.append({"id": e["id"], "text": e["text"], "n_tasks": e["n_tasks"], "harmful": False,
@@ -68,7 +68,6 @@ def summarize_artifact(raw: dict[str, Any], alpha: float) -> dict[str, Any]:
         records.append({"id": e["id"], "text": e["text"],
                         **judge_entry(e["with_scores"], e["without_scores"], alpha, pairs=pairs),
                         "pairs": e["pairs"], "with_scores": e["with_scores"], "without_scores": e["without_scores"]})
-    # evaluated entries first, then the undetectable ones, as the core lists them
     n_evaluated = raw["n_evaluated"]
     n_harmful = sum(1 for r in records if r["harmful"])
     head = {k: raw[k] for k in ("artifact", "source", "seed", "status", "n_entries", "n_exposed", "n_detectable",

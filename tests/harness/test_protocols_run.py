@@ -28,9 +28,10 @@ from sourcebench.harness.protocols.prequential import (
     cumulative,
     stream_order,
 )
-from sourcebench.harness.protocols.run import run_protocol
+from sourcebench.harness.protocols.run import MODEL_PROTOCOLS, run_protocol
 from sourcebench.harness.providers import scripted
 from sourcebench.reports.leaderboard import write_report
+from sourcebench.reports.protocols import NEEDS_MODEL
 from tests.protocol_toys import (
     SOURCE,
     TEST,
@@ -56,6 +57,10 @@ def toy_run(tmp_path_factory, _toys) -> Path:
 
 
 # ------------------------------------------------------------------------------------------ harmful
+
+
+def test_the_model_calling_protocols_are_the_ones_reports_read_from_files():
+    assert MODEL_PROTOCOLS == NEEDS_MODEL
 
 
 def test_fewest_tasks_that_can_be_flagged():
