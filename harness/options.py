@@ -15,6 +15,16 @@ from typing import Any
 
 from .errors import ConfigError
 
+UNLIMITED = -1  # reasoning allowance meaning: send no output cap (``--reasoning-tokens unlimited``)
+
+
+# Default reasoning allowance per effort, from the providers' documentation: OpenAI advises reserving
+# at least 25,000 tokens for reasoning and output when starting with its reasoning models (medium, and
+# the default effort of a reasoning family); DeepSeek's reasoner writes up to 32K tokens by default
+# (high) and 64K at most (xhigh, max); low and minimal effort reason far less.
+DEFAULT_REASONING_TOKENS = {"minimal": 2_048, "low": 8_192, "medium": 25_000, "high": 32_768,
+                            "xhigh": 65_536, "max": 65_536}
+
 
 def csv_list(s: str) -> list[str]:
     return [x.strip() for x in s.split(",") if x.strip()]
@@ -156,8 +166,6 @@ def check_setting_value(where: str, val: Any) -> None:
 
 def reasoning_tokens(s: str) -> int:
     """``--reasoning-tokens``: a count of tokens (0: no allowance) or 'unlimited' (no output cap sent)."""
-    from .llm import UNLIMITED
-
     if s.strip().lower() in ("unlimited", "none"):
         return UNLIMITED
     return non_negative_int(s)
@@ -165,8 +173,6 @@ def reasoning_tokens(s: str) -> int:
 
 def add_reasoning_arguments(p: argparse.ArgumentParser) -> None:
     """The reasoning allowance options (run, reproduce, audit)."""
-    from .llm import DEFAULT_REASONING_TOKENS
-
     defaults = ", ".join(f"{k} {v:,}" for k, v in DEFAULT_REASONING_TOKENS.items())
     p.add_argument("--reasoning-tokens", type=reasoning_tokens, metavar="N", help="on a reasoning backend (an "
                    "effort is set, the model family reasons, or the probe reports reasoning tokens), tokens added to "

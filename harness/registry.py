@@ -24,8 +24,6 @@ from typing import Any
 
 from .errors import ConfigError
 
-DISTRIBUTION = "sourcebench"  # this project's distribution name (pyproject's [project] name)
-
 METHOD_GROUP = "sourcebench.methods"
 BENCHMARK_GROUP = "sourcebench.benchmarks"
 COMMAND_GROUP = "sourcebench.commands"
@@ -54,10 +52,11 @@ _BUILTIN_BENCHMARKS = {
     "narrativeqa": "sourcebench.adapters.narrativeqa:NarrativeQA",
     "appworld": "sourcebench.adapters.appworld:AppWorld",
 }
-# Subcommands found through the ``sourcebench.commands`` entry points (the reports' ``protocol``; ``reproduce``,
-# kept in its own package of the application tier): each target is a ``harness.method.Command``.
+DISTRIBUTION = "sourcebench"  # this package's distribution name (its entry points name the built-ins)
+# Subcommands found through the ``sourcebench.commands`` entry points, as another package's would be; these two
+# are of the application tier (harness/cli/): each target is a ``harness.method.Command``.
 _BUILTIN_COMMANDS = {
-    "protocol": "sourcebench.reports.protocols.cli:COMMAND",
+    "protocol": "sourcebench.harness.cli.protocol:COMMAND",
     "reproduce": "sourcebench.harness.cli.reproduce:COMMAND",
 }
 BUILTINS = {METHOD_GROUP: _BUILTIN_METHODS, BENCHMARK_GROUP: _BUILTIN_BENCHMARKS, COMMAND_GROUP: _BUILTIN_COMMANDS}
@@ -99,8 +98,8 @@ def _targets(group: str, builtin: dict[str, str]) -> dict[str, Any]:
     for ep in entry_points(group=group):
         if ep.name in builtin and ep.value != builtin[ep.name]:
             dist = getattr(getattr(ep, "dist", None), "name", None) or "an installed package"
-            if dist == DISTRIBUTION:
-                continue
+            if dist == DISTRIBUTION:  # our own, as installed: an editable install's entry points are written at
+                continue  # install time, so a built-in moved since keeps its old target there until reinstalled
             raise ConfigError(f"{dist} registers {group} entry point {ep.name!r} = {ep.value!r}, but "
                               f"{ep.name!r} is a built-in ({builtin[ep.name]}); rename it in that package")
         found[ep.name] = ep

@@ -119,3 +119,23 @@ def test_registry_fallback_tables_are_the_entry_points():
     eps = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["entry-points"]
     for group, table in registry.BUILTINS.items():
         assert eps[group] == table, group
+
+
+MODEL_CALLING = ("sourcebench.harness.protocols", "sourcebench.harness.llm", "sourcebench.harness.providers",
+                 "sourcebench.harness.runner", "sourcebench.harness.executors", "sourcebench.harness.backend",
+                 "sourcebench.harness.embeddings", "sourcebench.harness.retrieval")
+
+
+def test_reports_never_reach_the_model_calling_core():
+    """Reports read run folders and render: no import chain, direct or through another core module, leads from
+    them to what calls a model (pyproject's contract says the same, with no exception)."""
+    contract = next(c for c in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+                    if c.get("source_modules") == ["sourcebench.reports"] and c["type"] == "forbidden"
+                    and "sourcebench.harness.protocols" in c.get("forbidden_modules", []))
+    assert set(MODEL_CALLING) <= set(contract["forbidden_modules"])
+    assert not contract.get("ignore_imports")
+    graph = grimp.build_graph("sourcebench", exclude_type_checking_imports=True, cache_dir=None)
+    reports = {m for m in graph.modules if m.startswith("sourcebench.reports")}
+    bad = [(m, f) for f in MODEL_CALLING for m in reports
+           if graph.find_shortest_chain(importer=m, imported=f, as_packages=True)]
+    assert bad == []

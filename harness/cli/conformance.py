@@ -307,7 +307,7 @@ def _entry_problems(out: Path, name: str, method: Method) -> list[str]:
 
 
 def _protocols(checks: Checks, out: Path, name: str, baseline: str) -> None:
-    from sourcebench.reports.protocols import compute  # lazy: imported only when the protocols are checked
+    from .protocol import compute  # lazy: imported only when the protocols are checked
 
     for proto in PROTOCOL_NAMES:
         try:

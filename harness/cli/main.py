@@ -1,7 +1,7 @@
 """The ``sourcebench`` command: one module per built-in command, plus the commands other packages
-register (``sourcebench.commands`` entry points, e.g. the reports' ``protocol``, and ``reproduce``, whose
-package ``reproduce/`` is here) and those registered methods bring (``Method.cli_commands``, e.g.
-SourceLearn's ``audit``)."""
+register (``sourcebench.commands`` entry points: ``protocol`` and ``reproduce``, both of this tier, found
+the same way another package's command is) and those registered methods bring (``Method.cli_commands``,
+e.g. SourceLearn's ``audit``)."""
 
 from __future__ import annotations
 

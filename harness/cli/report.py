@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from sourcebench.reports.leaderboard import write_report
-from sourcebench.reports.protocols.cli import protocol_list
+
+from .protocol import protocol_list
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:

@@ -9,9 +9,7 @@ from typing import Any
 
 from sourcebench.reports.leaderboard import write_report
 from sourcebench.reports.plan import Variant
-from sourcebench.reports.protocols import NEEDS_MODEL, compute, parse_protocols
-from sourcebench.reports.protocols.cli import add_settings as add_protocol_settings
-from sourcebench.reports.protocols.cli import protocol_list, settings_of
+from sourcebench.reports.protocols import NEEDS_MODEL, parse_protocols
 
 from ..config import BackendConfig, BudgetConfig, DataConfig, ExecutionConfig, RunConfig
 from ..errors import ConfigError
@@ -20,6 +18,8 @@ from ..llm import parse_model_spec
 from ..options import add_run_arguments, key_values, method_configs, resolve_guidance_limit
 from ..runner import Runner
 from .common import EPILOG, console
+from .protocol import add_settings as add_protocol_settings
+from .protocol import compute, protocol_list, settings_of
 
 
 def add_parser(sub: Any) -> argparse.ArgumentParser:

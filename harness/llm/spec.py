@@ -10,6 +10,10 @@ from typing import Any
 
 from ..errors import ConfigError
 
+# the reasoning allowance's values (UNLIMITED, DEFAULT_REASONING_TOKENS) are the --reasoning-tokens option's,
+# defined with it so that reading a run's configuration (harness.config -> options) never loads the model layer
+from ..options import DEFAULT_REASONING_TOKENS, UNLIMITED
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -116,17 +120,6 @@ class ModelSpec:
         if self.name.startswith("local/"):
             return 8192
         return None
-
-
-UNLIMITED = -1  # reasoning allowance meaning: send no output cap (``--reasoning-tokens unlimited``)
-
-
-# Default reasoning allowance per effort, from the providers' documentation: OpenAI advises reserving
-# at least 25,000 tokens for reasoning and output when starting with its reasoning models (medium, and
-# the default effort of a reasoning family); DeepSeek's reasoner writes up to 32K tokens by default
-# (high) and 64K at most (xhigh, max); low and minimal effort reason far less.
-DEFAULT_REASONING_TOKENS = {"minimal": 2_048, "low": 8_192, "medium": 25_000, "high": 32_768,
-                            "xhigh": 65_536, "max": 65_536}
 
 
 # Model families that reason before they reply (reasoning tokens count against the output cap).

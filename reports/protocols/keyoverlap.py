@@ -31,7 +31,7 @@ import numpy as np
 from sourcebench.harness.config import recorded_data_dir
 from sourcebench.harness.data import Split, Task
 from sourcebench.harness.errors import SourceBenchError
-from sourcebench.harness.runner import limit_tasks
+from sourcebench.harness.planner import limit_tasks
 from sourcebench.harness.splits import load_manifest
 
 from ..rundata import RunData, benchmarks, methods_of

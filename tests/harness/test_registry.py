@@ -45,6 +45,23 @@ def test_our_own_stale_entry_point_for_a_moved_builtin_is_the_builtin(monkeypatc
         registry.command_targets()
 
 
+def test_our_own_stale_entry_point_for_a_builtin_is_the_builtin(monkeypatch):
+    """An editable install keeps the entry points of the day it was installed: a built-in moved since (the
+    protocol command moved to harness/cli/) is still the built-in, not a conflict; another package under the
+    same name with the same target is still refused."""
+    class Dist:
+        name = "sourcebench"
+
+    ep = EntryPoint("protocol", "sourcebench.reports.protocols.cli:COMMAND", registry.COMMAND_GROUP)._for(Dist())
+    _with_entry_points(monkeypatch, ep)
+    from sourcebench.harness.commands import package_commands
+
+    assert [c.name for c in package_commands()] == ["protocol", "reproduce"]
+    Dist.name = "my_pkg"
+    with pytest.raises(ConfigError, match="my_pkg registers .* 'protocol' is a built-in"):
+        package_commands()
+
+
 def test_a_new_name_from_another_package_is_added(monkeypatch):
     ep = EntryPoint("my_method", "sourcebench.methods.no_source:NoSource", registry.METHOD_GROUP)
     _with_entry_points(monkeypatch, ep)

@@ -1,272 +1,60 @@
-"""The evaluation protocols (key-overlap, break-even, prequential, harmful entries) as report options.
+"""The evaluation protocols (key-overlap, break-even, prequential, harmful entries) as report options: their
+statistics and rendering.
 
-Pure parts are checked on hand-built inputs with hand-computed numbers; the model-calling protocols
-run on a real run folder made by the Runner over a toy benchmark with the scripted model, with toy
-methods whose behaviour makes the expected verdicts exact: one note that makes every answer wrong
-(harmful), one note never shown (not evaluated), and learners that can only answer a topic after
-having learned from a task about it (prequential: answered before learned from).
+Pure parts are checked on hand-built inputs with hand-computed numbers; the summaries of the model-calling
+protocols on raw results (hand-built, or recorded by the code before the core/reports split), and the report
+sections on a real run folder made by the Runner over the toy benchmark of ``tests/protocol_toys.py`` with the
+scripted model. Their model-calling part (streams, leave-one-out, the run session) is tested in
+``tests/harness/test_protocols_run.py``.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-import re
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from sourcebench.adapters.phantomwiki.benchmark import gold_path
-from sourcebench.harness.benchmark import Benchmark
-from sourcebench.harness.cli import main
-from sourcebench.harness.data import Answer, Element, Score, Source, Split, Task
+from sourcebench.harness.cli.protocol import compute as compute_protocol
+from sourcebench.harness.data import Task
 from sourcebench.harness.errors import ConfigError
-from sourcebench.harness.method import Context, LearnContext, Method
-from sourcebench.harness.planner import Plan
-from sourcebench.harness.protocols.entries import Entry, entry_access
+from sourcebench.harness.protocols.entries import Entry
 from sourcebench.harness.providers import scripted
-from sourcebench.harness.registry import register_benchmark, register_method
+from sourcebench.harness.registry import register_benchmark
 from sourcebench.harness.runner import RunConfig, Runner
 from sourcebench.reports.leaderboard import write_report
 from sourcebench.reports.protocols import breakeven, default_protocols, keyoverlap, parse_protocols
-from sourcebench.reports.protocols import compute as compute_protocol
-from sourcebench.reports.protocols.harmful import (
-    HarmfulSettings,
-    judge_entry,
-    min_detectable_tasks,
-    sample_entries,
-)
-from sourcebench.reports.protocols.prequential import (
-    PrequentialSettings,
-    block_bounds,
-    cumulative,
-    stream_order,
-)
+from sourcebench.reports.protocols.harmful import CRITERION, judge_entry
+from sourcebench.reports.protocols.harmful import summarize as summarize_harmful
+from sourcebench.reports.protocols.prequential import summarize as summarize_prequential
 from sourcebench.reports.protocols.render import break_even_tables, sparkline
 from sourcebench.reports.rundata import load_run
+from tests.protocol_toys import (
+    GUIDANCE,
+    SOURCE,
+    TEST,
+    NoKeys,
+    ToyBoxes,
+    make_toy_run,
+    reply,
+    toys_registered,
+)
 
-# ------------------------------------------------------------------------------------------ toy world
-
-TOPICS = {"red": "crimson", "blue": "navy", "green": "olive"}
-SOURCE = Source(id="boxes", kind="documents", description="a warehouse of coloured boxes", elements=[
-    Element(id=f"{t}#about", title=f"{t.capitalize()} box", text=f"The {t} box is painted {c}.",
-            metadata={"entity": t}) for t, c in TOPICS.items()
-])
-
-
-def _task(i: int, topic: str, keys: list[str], path: list[list[str]]) -> Task:
-    """A toy task whose question names ``keys`` (the default Benchmark.task_keys reads metadata named_keys);
-    its gold path ends elsewhere, so grouping by the gold path (or the answer) would give other groups."""
-    return Task(id=f"q{i:02d}", source_id="boxes", question=f"Which paint is on the {topic} box (case {i})?",
-                reference=TOPICS[topic], group=f"g{i}",
-                metadata={"topic": topic, "named_keys": keys, "gold_path": path})
-
-
-# Guidance tasks name keys A, B, C; test tasks name keys all / some / none of which a guidance task names.
-GUIDANCE = [_task(0, "green", ["A", "B"], [["A"], ["B"]]), _task(1, "green", ["C"], [["C"], ["C"]])]
-TEST = [
-    _task(2, "red", ["A", "C"], [["Y"], ["Z"]]),      # all covered (its gold path: none)
-    _task(3, "red", ["B", "Z"], [["B"], ["C"]]),      # some (gold path: both)
-    _task(4, "blue", ["Y", "Z"], [["A"], ["B"]]),     # none (gold path: both, and it ends on a covered key)
-    _task(5, "blue", ["A", "B", "C"], [["Q"], ["C"]]),  # all
-    _task(6, "red", ["A", "Q"], [["A"], ["C"]]),      # some (Q never a guidance key)
-    _task(7, "blue", ["C"], [["Z"]]),                 # one key, covered: all
-]
-
-
-class ToyBoxes(Benchmark):
-    """One source, a fixed split (guidance q00-q01, test q02-q07), exact-match scoring."""
-
-    name = "toyboxes"
-    scorer_name = "exact"
-
-    def source_ids(self) -> list[str]:
-        return ["boxes"]
-
-    def load_source(self, source_id: str) -> Source:
-        return SOURCE
-
-    def load_tasks(self, source_id: str) -> list[Task]:
-        return GUIDANCE + TEST
-
-    def make_splits(self, source: Source, tasks: list[Task], seeds: list[int]) -> list[Split]:
-        return [Split(benchmark=self.name, source_id=source.id, seed=s, guidance_ids=[t.id for t in GUIDANCE],
-                      test_ids=[t.id for t in TEST], mode="official",
-                      item_hashes={t.id: t.item_hash for t in tasks}) for s in seeds]
-
-    async def score(self, task: Task, answer: Answer, judge=None) -> Score:
-        ok = answer.text.strip().lower() == str(task.reference)
-        return Score(value=float(ok), correct=ok, judge=self.scorer_name)
-
-
-def topic_of(text: str) -> str:
-    return next(t for t in TOPICS if f"the {t} box (case" in text)
-
-
-NOTES = [  # (id, topic it is shown for, text); "*" = every task
-    ("n-red", "red", "NOTE red boxes are stored on the left."),
-    ("n-bad", "*", "NOTE-BAD every box is painted beige."),
-    ("n-green", "green", "NOTE green boxes are stored upstairs."),  # no test task asks about green
-]
-
-
-class ToyNotes(Method):
-    """A fixed artifact of three notes, shown to a task when their topic matches; entry hooks."""
-
-    name = "toy_notes"
-    uses_guidance = False
-
-    async def learn(self, source, guidance, ctx: LearnContext) -> dict[str, Any]:
-        (ctx.workdir / "notes.json").write_text(json.dumps(NOTES))
-        return {"n_notes": len(NOTES)}
-
-    def load(self, artifact_dir: Path, ctx: Context) -> list[tuple[str, str, str]]:
-        return [tuple(n) for n in json.loads((artifact_dir / "notes.json").read_text())]
-
-    async def answer(self, task: Task, state, ctx: Context) -> Answer:
-        topic = task.metadata["topic"]
-        notes = "\n".join(["Warehouse notes:"] + [text for _, t, text in state if t in ("*", topic)])
-        return await ctx.solve(task, [], notes=notes)
-
-    def entries(self, state) -> list[tuple[str, str]]:
-        return [(i, text) for i, _, text in state]
-
-    def without(self, state, entry_id: str):
-        return [n for n in state if n[0] != entry_id]
-
-
-class ToyReported(ToyNotes):
-    """The same notes, with entry texts that never occur in a prompt: exposure comes from the answer's
-    ``entries_used`` (as an agent method that reaches entries through tools reports it)."""
-
-    name = "toy_reported"
-
-    async def answer(self, task: Task, state, ctx: Context) -> Answer:
-        ans = await super().answer(task, state, ctx)
-        ans.metadata["entries_used"] = [i for i, t, _ in state if t in ("*", task.metadata["topic"])]
-        return ans
-
-    def entries(self, state) -> list[tuple[str, str]]:
-        return [(i, f"<entry {i}>") for i, _, _ in state]
-
-
-class ToyLearner(Method):
-    """Learns each topic's paint from the tasks it is given (their references); stateless otherwise."""
-
-    name = "toy_learner"
-    uses_guidance = True
-    learn_calls: ClassVar[list[list[str]]] = []
-
-    async def learn(self, source, guidance, ctx: LearnContext) -> dict[str, Any]:
-        ToyLearner.learn_calls.append([t.id for t in guidance])
-        memo = {t.metadata["topic"]: str(t.reference) for t in guidance}
-        (ctx.workdir / "memo.json").write_text(json.dumps(memo))
-        return {"n_topics": len(memo)}
-
-    def load(self, artifact_dir: Path, ctx: Context) -> dict[str, str]:
-        return json.loads((artifact_dir / "memo.json").read_text())
-
-    async def answer(self, task: Task, state, ctx: Context) -> Answer:
-        topic = task.metadata["topic"]
-        notes = f"MEMO {topic} = {state[topic]}" if topic in state else ""
-        return await ctx.solve(task, [], notes=notes)
-
-
-class ToyIncremental(ToyLearner):
-    """The same learner with true incremental learning (``learn_more``)."""
-
-    name = "toy_incremental"
-    more_calls: ClassVar[list[list[str]]] = []
-
-    async def learn_more(self, state, tasks, ctx: LearnContext):
-        ToyIncremental.more_calls.append([t.id for t in tasks])
-        return {**state, **{t.metadata["topic"]: str(t.reference) for t in tasks}}
-
-
-class ToyCostly(ToyLearner):
-    """A learner whose learning costs calls: a shared base summary (a sub-artifact built once per source, stage
-    ``base_summary``, declared in ``shared_stages``) and one study call per task learned from; it also judges
-    each task it learns from (the run's judge)."""
-
-    name = "toy_costly"
-    shared_stages: ClassVar[tuple[str, ...]] = ("base_",)
-
-    async def learn(self, source, guidance, ctx: LearnContext) -> dict[str, Any]:
-        async def base(folder: Path) -> dict[str, Any]:
-            await ctx.llm.generate("TOY-LEARN summarise the warehouse", stage="base_summary")
-            (folder / "base.txt").write_text("base")
-            return {}
-
-        await ctx.store.get_or_build("toy_costly/base", {"source": source.id}, base)
-        for t in guidance:
-            await ctx.llm.generate(f"TOY-LEARN study {t.id}", stage="study")
-            await ctx.judge(t, Answer(text=str(t.reference)))  # type: ignore[misc]
-        memo = {t.metadata["topic"]: str(t.reference) for t in guidance}
-        (ctx.workdir / "memo.json").write_text(json.dumps(memo))
-        return {"n_topics": len(memo)}
-
-
-def reply(messages, schema) -> str:
-    """The toy solver: beige when the bad note is shown, a memorised paint, else the note-free guess."""
-    prompt = "\n".join(m["content"] for m in messages)
-    if prompt.startswith(("TOY-LEARN", "JUDGE")):  # a toy learner's or the toy judge's own calls
-        return "ok"
-    if "NOTE-BAD" in prompt:
-        return "beige"
-    memo = re.search(r"MEMO \w+ = (\w+)", prompt)
-    if memo:
-        return memo.group(1)
-    if "Warehouse notes" in prompt or "Source excerpts" in prompt:  # notes without the bad one, or evidence
-        return TOPICS[topic_of(prompt)]
-    return "unknown"
+GOLDEN = Path(__file__).parents[1] / "harness" / "golden" / "protocols.json"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def _toys():
-    """Register the toy benchmarks and methods for this module only (not at import: collection of other
-    modules must not see them)."""
-    from sourcebench.harness import registry
-
-    register_benchmark("toyboxes", ToyBoxes)
-    register_benchmark("toynokeys", NoKeys)
-    toys = (ToyNotes, ToyReported, ToyLearner, ToyIncremental, ToyCostly, ToyUntrained, ToyTrained)
-    for cls in toys:
-        register_method(cls.name, cls)
-    yield
-    for group, names in ((registry.BENCHMARK_GROUP, ("toyboxes", "toynokeys")),
-                         (registry.METHOD_GROUP, tuple(c.name for c in toys))):
-        for n in names:
-            registry._EXTRA[group].pop(n, None)
-
-
-class NoKeys(ToyBoxes):
-    """The toy benchmark with no gold paths in its tasks."""
-
-    name = "toynokeys"
-
-    def load_tasks(self, source_id):
-        return [t.model_copy(update={"metadata": {"topic": t.metadata["topic"], "gold_path": t.metadata["gold_path"]}})
-                for t in GUIDANCE + TEST]
+    with toys_registered():
+        yield
 
 
 @pytest.fixture(scope="module")
 def toy_run(tmp_path_factory, _toys) -> Path:
-    """A real run folder (Runner, inspect test phase, scripted model) over the toy benchmark."""
-    out = tmp_path_factory.mktemp("toyrun")
-    scripted.set_script(reply)
-    cfg = RunConfig(benchmark="toyboxes", methods=["hybrid_rag", "toy_notes", "toy_reported", "toy_learner",
-                                                   "toy_incremental", "toy_costly"],
-                    model="scripted/unit", out=out, seeds=[0], embedder="hash")
-    Runner(cfg).run()
-    scripted.set_script(None)
-    return out
-
-
-def _live(run: Path, phase: str | None = None) -> int:
-    rows = [json.loads(x) for x in (run / "usage.jsonl").read_text().splitlines() if x.strip()]
-    return sum(r["calls"] for r in rows if r["status"] == "live" and (phase is None or r["phase"] == phase))
+    return make_toy_run(tmp_path_factory.mktemp("toyrun"))
 
 
 # ------------------------------------------------------------------------------------------ PhantomWiki keys
@@ -446,28 +234,6 @@ def test_break_even_in_calls_and_tokens(tmp_path):
     assert breakeven.break_even(5.0, 0.0) == breakeven.NEVER and breakeven.fmt_tasks(99.2) == "100"
 
 
-class ToyUntrained(Method):
-    """Only registered (for its class attributes): the zero-learning variant of ToyTrained."""
-
-    name = "toy_untrained"
-    shared_stages: ClassVar[tuple[str, ...]] = ("base_",)
-
-    async def learn(self, source, guidance, ctx):
-        return {}
-
-    def load(self, artifact_dir, ctx):
-        return None
-
-    async def answer(self, task, state, ctx):
-        return Answer(text="")
-
-
-class ToyTrained(ToyUntrained):
-    name = "toy_trained"
-    uses_guidance = True
-    zero_learning_variant = "toy_untrained"
-
-
 def test_break_even_against_the_zero_learning_variant(tmp_path):
     """toy_trained's untrained artifact is toy_untrained (same reader): its learning costs 40 own calls + 10
     judge calls per artifact (the shared base_ stages, charged to toy_untrained, cancel out) and saves 1 call a
@@ -549,161 +315,84 @@ def test_repeats_do_not_shrink_p():
     assert v["p_value"] == pytest.approx(2 / 64) and v["mean_diff"] == pytest.approx(2 / 3) and v["harmful"]
 
 
-def test_fewest_tasks_that_can_be_flagged():
-    # the exact sign-flip test on n tasks never goes below 2 / 2**n: 2/32 = 0.0625, 2/64 = 0.031
-    assert min_detectable_tasks(0.05) == 6 and min_detectable_tasks(0.01) == 8 and min_detectable_tasks(0.1) == 5
+def test_five_tasks_are_never_flagged():
+    # the exact sign-flip test on n tasks never goes below 2 / 2**n: 2/32 = 0.0625 (the core's detectability
+    # rule, harness.protocols.harmful.min_detectable_tasks, leaves such entries out)
     assert not judge_entry([0.0] * 5, [1.0] * 5, 0.05)["harmful"]  # 5 tasks: p = 0.0625 at best
-    with pytest.raises(ValueError):
-        min_detectable_tasks(0.0)
 
 
-def test_entry_sample_is_seeded():
-    plan = Plan(SOURCE, Split(benchmark="b", source_id="boxes", seed=0, guidance_ids=[], test_ids=[]), [], [])
-    es = [Entry(f"e{i}", f"text {i}") for i in range(50)]
-    a = sample_entries(es, HarmfulSettings(max_entries=10), plan)
-    assert len(a) == 10 and a == sample_entries(es, HarmfulSettings(max_entries=10), plan)
-    assert a != sample_entries(es, HarmfulSettings(max_entries=10, seed=1), plan)
-    assert sample_entries(es, HarmfulSettings(max_entries=0), plan) == es
+def _raw_entry(eid: str, n_tasks: int, repeats: int, fixed: int) -> dict[str, Any]:
+    """A raw evaluated entry as the core returns it: removal fixes the first ``fixed`` tasks (every repeat)."""
+    pairs = [[f"t{t}", r] for r in range(repeats) for t in range(n_tasks)]
+    return {"id": eid, "text": f"entry {eid}", "pairs": pairs, "with_scores": [0.0] * len(pairs),
+            "without_scores": [1.0 if int(t[1:]) < fixed else 0.0 for t, _ in pairs]}
 
 
-def test_awm_and_sourcelearn_entry_adapters():
-    from sourcebench.methods.awm import AWM, AWMState, Workflow, render_workflows
-    from sourcebench.methods.sourcelearn.method import SourceLearn
-    from sourcebench.methods.sourcelearn.model import Scope, SourceModel, Unit
-
-    wfs = [Workflow(name="find_parent", description="Finds a parent.", steps=["Read {person}.", "Answer."]),
-           Workflow(name="count_kids", description="Counts children.", steps=["List {person}'s kids.", "Count."])]
-    acc = entry_access(AWM())
-    state = AWMState(workflows=wfs, notes=render_workflows(wfs))
-    es = acc.entries(state)
-    assert [e.id for e in es] == ["workflow-0:find_parent", "workflow-1:count_kids"]
-    assert all(e.shown_in(state.notes) for e in es)
-    reduced = acc.without(state, es[0].id)
-    assert not es[0].shown_in(reduced.notes) and es[1].shown_in(reduced.notes)
-
-    units = [Unit(id=f"u{i}", statement=f"Fact {i}.", role="detail", scope=Scope(kind="source")) for i in range(3)]
-    sm = SourceModel(source_id="s", source_fingerprint="f", units=units)
-    acc = entry_access(SourceLearn())
-    assert [e.id for e in acc.entries(sm)] == ["u0", "u1", "u2"]
-    smaller = acc.without(sm, "u1")
-    assert [u.id for u in smaller.units] == ["u0", "u2"] and len(sm.units) == 3  # the loaded state is untouched
-    assert entry_access(ToyNotes()).kind == "entry" and entry_access(ToyLearner()) is None
-
-
-def test_harmful_entries_on_a_run(toy_run):
-    scripted.set_script(reply)
-    assert HarmfulSettings().repeats == 3  # the default: one repeat cannot tell an entry from noise
-    # one repeat here, so the live-call count below is the reduced states' alone
-    live_before = _live(toy_run)
-    res = compute_protocol("harmful", toy_run, methods=["toy_notes", "hybrid_rag"], settings={"max_entries": 0, "repeats": 1})
-    notes = next(m for m in res["methods"] if m["method"] == "toy_notes")
-    art = notes["artifacts"][0]
-    # n-green is never shown (no green test task): left out; n-red is shown to the 3 red tasks only, too few
-    # for p < 0.05 (2 / 2^3 = 0.25): undetectable, not evaluated, not in the rate; n-bad (6 tasks) is harmful
-    assert (art["n_entries"], art["n_exposed"], art["n_undetectable"], art["n_detectable"], art["n_evaluated"],
-            art["n_harmful"]) == (3, 2, 1, 1, 1, 1)
-    verdicts = {e["id"]: e for e in art["entries"]}
-    assert verdicts["n-bad"]["harmful"] and verdicts["n-bad"]["n_tasks"] == 6
-    assert verdicts["n-bad"]["with_mean"] == 0.0 and verdicts["n-bad"]["without_mean"] == 1.0
-    assert verdicts["n-red"]["verdict"] == "undetectable" and verdicts["n-red"]["n_tasks"] == 3
-    assert not verdicts["n-red"]["harmful"] and "p_value" not in verdicts["n-red"]
-    assert notes["rate"] == 1.0 and res["min_detectable_tasks"] == 6
-    assert next(m for m in res["methods"] if m["method"] == "hybrid_rag")["status"] == "no entries"
-    # full-artifact answers were cached by the test phase; only n-bad's reduced state costs live calls (6)
-    assert _live(toy_run) - live_before == 6
-    assert json.loads((toy_run / "protocols" / "harmful.json").read_text())["methods"][0]["rate"] == 1.0
-    # exposure reported by the answers themselves gives the same verdicts (their texts are never in a prompt)
-    res = compute_protocol("harmful", toy_run, methods=["toy_reported"], settings={"max_entries": 0, "repeats": 1})
-    rep = next(m for m in res["methods"] if m["method"] == "toy_reported")
-    assert (rep["n_exposed"], rep["n_undetectable"], rep["n_evaluated"], rep["n_harmful"], rep["rate"]) == \
-        (2, 1, 1, 1, 1.0)
-    # the file keeps the methods of the earlier invocation with the same settings
-    assert {m["method"] for m in res["methods"]} == {"toy_notes", "hybrid_rag", "toy_reported"}
-    # re-running is free: every call is in the run's cache
-    before = _live(toy_run)
-    compute_protocol("harmful", toy_run, methods=["toy_notes"], settings={"max_entries": 0, "repeats": 1})
-    assert _live(toy_run) == before
-
-
-def test_harmful_repeats_on_a_run_leave_p_unchanged(toy_run):
-    """Three repeats of every (task, entry) pair: n-bad has 18 pairs but still 6 tasks, and the same p."""
-    scripted.set_script(reply)
-    res = compute_protocol("harmful", toy_run, methods=["toy_notes"], settings={"max_entries": 0, "repeats": 3})
-    art = next(m for m in res["methods"] if m["method"] == "toy_notes")["artifacts"][0]
-    bad = next(e for e in art["entries"] if e["id"] == "n-bad")
-    assert (bad["n_pairs"], bad["n_tasks"], bad["p_value"]) == (18, 6, pytest.approx(2 / 64)) and bad["harmful"]
-    assert next(e for e in art["entries"] if e["id"] == "n-red")["verdict"] == "undetectable"  # 3 tasks, 9 pairs
+def test_harmful_summary_judges_the_raw_scores():
+    """From raw paired scores: each entry's verdict is judge_entry's, an artifact's rate is harmful / evaluated,
+    a method's rate the mean over its artifacts with a rate, and its status says why there is none."""
+    art = {"artifact": "a1", "source": "s", "seed": 0, "status": "ok", "n_entries": 4, "n_exposed": 3,
+           "n_detectable": 2, "n_undetectable": 1, "n_evaluated": 2, "full_score": 0.0,
+           "entries": [_raw_entry("bad", 6, 1, 6), _raw_entry("noise", 6, 1, 1),
+                       {"id": "few", "text": "entry few", "n_tasks": 3, "undetectable": True}]}
+    only_few = {**art, "artifact": "a2", "seed": 1, "n_detectable": 0, "n_evaluated": 0, "entries": art["entries"][2:]}
+    raw = {"protocol": "harmful", "min_detectable_tasks": 6, "settings": {"alpha": 0.05}, "benchmark": "b",
+           "methods": [{"method": "m", "entry_kind": "unit", "artifacts": [art, only_few,
+                                                                          {"source": "s", "seed": 2,
+                                                                           "status": "not learned"}]},
+                       {"method": "u", "entry_kind": "unit", "artifacts": [only_few]},
+                       {"method": "r", "status": "no entries", "reason": "no"}],
+           "live_calls": 7}
+    res = summarize_harmful(raw)
+    assert list(res) == ["protocol", "criterion", "entries", "min_detectable_tasks", "settings", "benchmark",
+                         "methods", "live_calls"]
+    assert res["criterion"] == CRITERION and res["live_calls"] == 7
+    m = res["methods"][0]
+    a1 = m["artifacts"][0]
+    assert list(a1) == ["artifact", "source", "seed", "status", "n_entries", "n_exposed", "n_detectable",
+                        "n_undetectable", "n_evaluated", "n_harmful", "rate", "full_score", "entries"]
+    bad, noise, few = a1["entries"]
+    assert bad == {"id": "bad", "text": "entry bad", **judge_entry([0.0] * 6, [1.0] * 6, 0.05),
+                   "pairs": [[f"t{t}", 0] for t in range(6)], "with_scores": [0.0] * 6, "without_scores": [1.0] * 6}
+    assert bad["harmful"] and bad["p_value"] == pytest.approx(2 / 64) and not noise["harmful"]
+    assert few == {"id": "few", "text": "entry few", "n_tasks": 3, "harmful": False, "verdict": "undetectable"}
+    assert (a1["n_harmful"], a1["rate"]) == (1, 0.5) and m["artifacts"][1]["rate"] is None
+    assert m["artifacts"][2] == {"source": "s", "seed": 2, "status": "not learned"}
+    assert (m["status"], m["rate"], m["n_evaluated"], m["n_harmful"], m["n_undetectable"]) == ("ok", 0.5, 2, 1, 2)
+    assert list(m) == ["method", "status", "entry_kind", "rate", "n_entries", "n_exposed", "n_detectable",
+                       "n_undetectable", "n_evaluated", "n_harmful", "artifacts"]
+    assert res["methods"][1]["status"] == "no detectable entries" and res["methods"][1]["rate"] is None
+    assert res["methods"][2] == {"method": "r", "status": "no entries", "reason": "no"}
+    # repeats enter the test as seeds of their task: 6 tasks x 3 repeats, the same p as 6 tasks
+    rep = summarize_harmful({**raw, "methods": [{"method": "m", "entry_kind": "unit", "artifacts": [
+        {**art, "n_evaluated": 1, "entries": [_raw_entry("bad", 6, 3, 6)]}]}]})
+    e = rep["methods"][0]["artifacts"][0]["entries"][0]
+    assert (e["n_pairs"], e["n_tasks"], e["p_value"]) == (18, 6, pytest.approx(2 / 64))
 
 
 # ------------------------------------------------------------------------------------------ prequential
 
 
-def test_stream_and_blocks():
-    assert block_bounds(6, PrequentialSettings(blocks=4)) == [(0, 2), (2, 4), (4, 6)]
-    assert block_bounds(5, PrequentialSettings(block_size=5)) == [(0, 5)]
-    assert block_bounds(0, PrequentialSettings()) == []
-    order = stream_order(TEST, 0, 0)
-    assert sorted(t.id for t in order) == sorted(t.id for t in TEST) and order == stream_order(TEST, 0, 0)
-    assert [t.id for t in order] != [t.id for t in stream_order(TEST, 1, 0)]
-    assert cumulative([1.0, 0.0, 1.0, 1.0]) == [1.0, 0.5, pytest.approx(2 / 3), 0.75]
+def test_sparkline():
     assert sparkline([0.0, 0.5, 1.0]) == "▁▅█"
 
 
-def _expected_online(block: int) -> list[float]:
-    """A task is right only if a task of its topic came before its block (it was answered before learned)."""
-    stream = stream_order(TEST, 0, 0)
-    out = []
-    for i, t in enumerate(stream):
-        start = (i // block) * block
-        out.append(float(t.metadata["topic"] in {s.metadata["topic"] for s in stream[:start]}))
-    return out
+SUMMARY_KEYS = ("online", "stateless", "gain_pp", "test", "p_value", "curve", "block_starts")
 
 
-def test_prequential_on_a_run(toy_run):
-    scripted.set_script(reply)
-    ToyLearner.learn_calls.clear()
-    ToyIncremental.more_calls.clear()
-    res = compute_protocol("prequential", toy_run, methods=["toy_learner", "toy_incremental", "hybrid_rag"],
-                           settings={"block_size": 2})
-    by = {m["method"]: m for m in res["methods"]}
-    stream = [t.id for t in stream_order(TEST, 0, 0)]
-    expected = _expected_online(2)
-    for name in ("toy_learner", "toy_incremental"):
-        cell = by[name]["cells"][0]
-        assert [t["task_id"] for t in cell["tasks"]] == stream
-        assert [t["online"] for t in cell["tasks"]] == expected
-        assert all(t["stateless"] == 0.0 for t in cell["tasks"])
-        assert by[name]["gain_pp"] == pytest.approx(100.0 * sum(expected) / len(expected))
-        assert by[name]["curve"][-1]["online"] == pytest.approx(sum(expected) / len(expected))
-    assert by["toy_learner"]["mode"] == "re-learn on prefix" and by["toy_incremental"]["mode"] == "incremental"
-    # re-learned on the empty prefix and on each growing prefix, never on a task not yet answered; the
-    # incremental learner (a subclass) learns once, from nothing, and then only through learn_more
-    assert ToyLearner.learn_calls == [[], stream[:2], stream[:4], []]
-    assert ToyIncremental.more_calls == [stream[0:2], stream[2:4]]
-    assert by["hybrid_rag"]["mode"] == "stateless" and by["hybrid_rag"]["gain_pp"] == 0.0
-    assert by["hybrid_rag"]["online"] == 1.0
-    protocol_rows = [json.loads(x) for x in (toy_run / "usage.jsonl").read_text().splitlines()
-                     if json.loads(x)["phase"] == "protocol"]
-    assert {r["stage"] for r in protocol_rows} >= {"prequential.answer"}
-    # the stateless reference is stated per method; toy learning makes no model calls
-    assert by["toy_learner"]["reference"] == "toy_learner learned from no task (no zero-learning variant registered)"
-    assert by["hybrid_rag"]["reference"].startswith("hybrid_rag's run artifact")
-    assert by["toy_learner"]["reference_cost"] == {"calls": 0.0, "tokens": 0.0}
-
-
-def test_prequential_counts_the_learning_the_reference_contains(toy_run, tmp_path):
-    """toy_costly learned from no task still holds the shared base summary the run built (1 call): the
-    reference is not free. Online learning on the prefixes of 2 and 4 tasks makes 2 + 4 study calls."""
-    scripted.set_script(reply)
-    res = compute_protocol("prequential", toy_run, methods=["toy_costly"], settings={"block_size": 2})
-    m = next(x for x in res["methods"] if x["method"] == "toy_costly")
-    assert m["reference_cost"]["calls"] == 1.0 and m["reference_cost"]["tokens"] > 0
-    assert m["online_learning_cost"]["calls"] == 6.0
-    md = write_report(toy_run, out_dir=tmp_path / "rep", protocols=["prequential"])["md"].read_text()
-    section = md.split("**Prequential (online) evaluation**", 1)[1]
-    row = next(ln for ln in section.splitlines() if ln.startswith("| toy_costly |"))
-    assert "toy_costly learned from no task" in row and "| 1.0 / " in row and "| 6.0 / " in row
-    assert "stateless reference" in md
+@pytest.mark.parametrize("key", ["prequential_block2", "prequential_default"])
+def test_prequential_summary_is_the_recorded_result(key):
+    """The raw streams of a recorded result (its cells and costs, what the core returns), summarized again, give
+    the recorded result: the accuracies, gain, test and curve the code before the split computed."""
+    golden = json.loads(GOLDEN.read_text())[key]
+    raw = {**golden, "methods": [{k: v for k, v in m.items() if k not in SUMMARY_KEYS} for m in golden["methods"]]}
+    assert all("gain_pp" not in m for m in raw["methods"]) and any(m["gain_pp"] for m in golden["methods"])
+    res = summarize_prequential(raw)
+    assert res == golden
+    assert list(res) == ["protocol", "settings", "benchmark", "methods", "live_calls"]  # the file's order
+    assert all(list(m) == ["method", "mode", "reference", "reference_cost", "online_learning_cost", "online",
+                           "stateless", "gain_pp", "test", "p_value", "curve", "block_starts", "cells"]
+               for m in res["methods"])
 
 
 def test_learn_time_judge_calls_are_their_own_phase(tmp_path, _toys):
@@ -791,32 +480,6 @@ def test_report_protocol_defaults(toy_run, tmp_path):
         assert default_protocols(data) == stored  # stateless methods only: nothing to say by default
     finally:
         (tmp_path / "p.json").rename(toy_run / "protocols" / "prequential.json")
-
-
-def test_protocol_and_report_commands(toy_run, tmp_path, capsys):
-    scripted.set_script(reply)
-    assert main(["protocol", "break-even", str(toy_run)]) == 0
-    out = capsys.readouterr().out
-    assert "break-even vs each method's zero-learning variant" in out
-    assert (toy_run / "protocols" / "break-even.json").exists()
-    assert main(["report", str(toy_run), "--out", str(tmp_path / "r"), "--protocols", "key-overlap"]) == 0
-    assert "key-overlap groups" in (tmp_path / "r" / "leaderboard.md").read_text()
-    assert main(["protocol", "harmful", str(toy_run), "--methods", "no_such_method"]) == 2
-
-
-def test_answers_are_scored_failures_when_a_method_breaks(toy_run):
-    from sourcebench.harness.protocols.session import RunSession, answer_and_score
-
-    class Broken(ToyNotes):
-        async def answer(self, task, state, ctx):
-            raise RuntimeError("boom")
-
-    session = RunSession(toy_run, methods=["toy_notes"])
-    plan = session.plans()[0]
-    ctx = session.context(Context, Broken(), plan, "check")
-    answer, score = asyncio.run(answer_and_score(Broken(), plan.tests[0], [], ctx))
-    assert answer.failed and "boom" in answer.failure_reason and score == 0.0
-    assert [t.id for t in plan.tests] == [t.id for t in TEST] and [t.id for t in plan.guidance] == ["q00", "q01"]
 
 
 def test_prequential_figure_scales_low_curves_and_keeps_100_for_high_ones():

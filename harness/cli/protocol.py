@@ -11,9 +11,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from sourcebench.harness.errors import ConfigError
+from sourcebench.harness.io import atomic_write_json, read_json
 from sourcebench.harness.method import Command
-
-from . import PROTOCOLS, compute, parse_protocols
+from sourcebench.reports.protocols import NEEDS_MODEL, PROTOCOLS, parse_protocols, result_path
 
 EPILOG = """examples:
   sourcebench protocol prequential runs/phantomwiki --methods hybrid_rag,awm --blocks 4
@@ -23,6 +24,52 @@ EPILOG = """examples:
 
 key-overlap and break-even read the run folder only; prequential and harmful make model calls
 (counted in usage.jsonl under phase 'protocol')."""
+
+
+def compute(name: str, run_dir: Path, *, methods: list[str] | None = None, baseline: str = "hybrid_rag",
+            data_dir: Path | None = None, settings: dict[str, Any] | None = None,
+            progress: Any = None) -> dict[str, Any]:
+    """Run one protocol on a run folder, write ``<run>/protocols/<name>.json`` and return the result.
+
+    key-overlap and break-even are computed from the run folder by the reports; prequential and harmful
+    are run by the core (``harness.protocols.run``: model calls, raw scores), summarized by the reports
+    (verdicts, rates, tests) and merged with the methods of an earlier result with the same settings.
+    """
+    run_dir = Path(run_dir)
+    settings = {k: v for k, v in (settings or {}).items() if v is not None}
+    if name in ("key-overlap", "break-even"):
+        from sourcebench.reports.protocols import breakeven, keyoverlap
+        from sourcebench.reports.rundata import load_run
+
+        data = load_run(run_dir)
+        result = (keyoverlap.compute(data, baseline=baseline, data_dir=data_dir, seed=int(settings.get("seed", 0)))
+                  if name == "key-overlap"
+                  else breakeven.compute(data, baseline=baseline))
+    elif name in NEEDS_MODEL:
+        from sourcebench.harness.protocols.run import run_protocol
+        from sourcebench.reports.protocols import harmful, prequential
+
+        raw = run_protocol(name, run_dir, methods=methods, data_dir=data_dir, settings=settings,
+                           progress=progress or (lambda msg: None))
+        summarize = prequential.summarize if name == "prequential" else harmful.summarize
+        result = _merge(summarize(raw), result_path(run_dir, name))
+    else:
+        raise ConfigError(f"unknown protocol {name!r}; known: {', '.join(PROTOCOLS)}")
+    atomic_write_json(result_path(run_dir, name), result)
+    return result
+
+
+def _merge(result: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Keep the methods of an earlier result with the same settings that this run did not redo, so
+    ``--methods a`` then ``--methods b`` leaves both in the file (a change of settings replaces it)."""
+    if not path.exists():
+        return result
+    old = read_json(path)
+    if old.get("settings") != result.get("settings") or old.get("benchmark") != result.get("benchmark"):
+        return result
+    done = {m["method"] for m in result["methods"]}
+    result["methods"] = [m for m in old.get("methods", []) if m.get("method") not in done] + result["methods"]
+    return result
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -51,8 +98,6 @@ def add_settings(p: argparse.ArgumentParser) -> None:
 
 def protocol_list(text: str) -> list[str]:
     """argparse type of ``--protocols``: validated names, so a typo fails before any work."""
-    from sourcebench.harness.errors import ConfigError
-
     try:
         return parse_protocols(text)
     except ConfigError as e:
@@ -66,9 +111,10 @@ def settings_of(a: argparse.Namespace) -> dict[str, Any]:
 
 def run(a: argparse.Namespace) -> int:
     from sourcebench.harness.registry import get_method_class
-
-    from ..rundata import load_run
-    from .render import protocol_sections
+    from sourcebench.reports.layout import md_table
+    from sourcebench.reports.protocols.render import protocol_sections
+    from sourcebench.reports.rundata import load_run
+    from sourcebench.reports.table import Table
 
     methods = [m.strip() for m in (a.methods or "").split(",") if m.strip()] or None
     for m in methods or []:
@@ -77,8 +123,6 @@ def run(a: argparse.Namespace) -> int:
     for name in names:
         compute(name, a.run_dir, methods=methods, baseline=a.baseline, data_dir=a.data_dir,
                 settings=settings_of(a), progress=print)
-    from ..layout import Table, md_table
-
     data = load_run(a.run_dir)
     for title, tables in protocol_sections(data, names, baseline=a.baseline, data_dir=a.data_dir,
                                            seed=a.protocol_seed or 0):
