@@ -198,19 +198,30 @@ def resolution(n_pairs: int, n_groups: int, m: int = 1) -> tuple[float | None, i
 
 
 def resolution_text(e: dict) -> str:
-    """What one comparison can show at this size, as a sentence ("" when it resolves under 5 points)."""
+    """What one comparison can show at this size, as a clause after the method's name ("" when it resolves
+    differences under 5 points)."""
     if e.get("n_pairs") is None or "min_groups" not in e:
         return ""
     size = f"{e['n_pairs']} paired tasks in {e.get('n_groups') or 0} groups"
     if e.get("floor_pp") is None:
-        return (f"{safe(e['method'])}: with {size}, this run cannot detect any difference from the baseline "
+        return (f"with {size}, this run cannot detect any difference from the baseline "
                 f"(80% power at the Holm threshold needs at least {e['min_groups']} groups that differ, "
                 "whatever the answers): its numbers show that the pipeline ran, not which method is better")
     if e["floor_pp"] < SMALL_RUN_PP:
         return ""
-    return (f"{safe(e['method'])}: with {size}, this run cannot detect a difference from the baseline below "
+    return (f"with {size}, this run cannot detect a difference from the baseline below "
             f"{e['floor_pp']:.0f} points (80% power at the Holm threshold, in the best case of every differing "
             "task favouring one side); a smaller Δ is not a result")
+
+
+def resolution_lines(methods: list[dict]) -> list[str]:
+    """The methods whose comparisons share one size limit named together, one clause per limit."""
+    by_text: dict[str, list[str]] = {}
+    for e in methods:
+        text = resolution_text(e)
+        if text:
+            by_text.setdefault(text, []).append(safe(e["method"]))
+    return [f"{', '.join(names)}: {text}" for text, names in by_text.items()]
 
 
 def comparable(e: dict) -> bool:
@@ -593,7 +604,7 @@ def banners(data: RunData, summary: list[dict]) -> list[str]:
                    "model, which copies text from its prompt and does not read or reason; its scores check that "
                    "the harness ran end to end and say nothing about the methods.")
     for b in summary:
-        lines = [t for t in (resolution_text(e) for e in b["methods"]) if t]
+        lines = resolution_lines(b["methods"])
         if lines:
             out.append(f"Small run ({safe(b['benchmark'])}): " + "; ".join(lines) + ".")
     return out

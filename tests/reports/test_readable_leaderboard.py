@@ -77,6 +77,17 @@ def test_a_small_run_says_it_cannot_detect_a_difference(tmp_path):
     assert "none possible (< 8 groups)" in md  # the MDE cell of a comparison too small to have one
 
 
+def test_methods_with_the_same_size_limit_share_one_clause_of_the_small_run_banner():
+    from sourcebench.reports.board import resolution_lines
+
+    same = {"n_pairs": 2, "n_groups": 2, "min_groups": 8, "floor_pp": None}
+    lines = resolution_lines([{"method": "awm", **same}, {"method": "raptor", **same},
+                              {"method": "rika", "n_pairs": 20, "n_groups": 20, "min_groups": 8, "floor_pp": 39.2}])
+    assert len(lines) == 2 and lines[0].startswith("awm, raptor: with 2 paired tasks in 2 groups, this run cannot")
+    assert lines[1].startswith("rika: with 20 paired tasks in 20 groups, this run cannot detect a difference from "
+                               "the baseline below 39 points")
+
+
 def test_each_cell_log_links_a_page_of_the_inspect_viewer_not_the_eval_file(tmp_path, monkeypatch):
     run = make_run(tmp_path)
     (run / "logs").mkdir()
