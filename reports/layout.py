@@ -29,7 +29,6 @@ from .table import (
     marks,
     pct_text,
 )
-from .text import safe
 
 
 @dataclass
@@ -312,5 +311,4 @@ def render_html(page: Page) -> str:
 
 
 __all__ = ["CSS", "Figure", "Item", "Page", "Preformatted", "Section", "fmt_p", "html_item", "html_table",
-           "html_value", "md_cell", "md_item", "md_table", "md_value", "pct", "render_html", "render_markdown",
-           "safe"]
+           "html_value", "md_cell", "md_item", "md_table", "md_value", "pct", "render_html", "render_markdown"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -105,7 +106,7 @@ def _provenance_items(res: Results, cfg_text: str) -> list[Item]:
                 continue
             where = f"{b.name} / {bn.name} ({res.folder(b.id, bn.id)})"
             tables = provenance_tables(d, res.cfg.statistics.seed, res.cfg.statistics.bootstrap_resamples)
-            out += [Table(f"{where}: {t.title}", t.header, t.rows, t.note) for t in tables
+            out += [replace(t, title=f"{where}: {t.title}") for t in tables
                     if t.title in ("Run", "Methods", "Sources")]
     out.append(Preformatted("Experiment config", safe(cfg_text)))
     return out

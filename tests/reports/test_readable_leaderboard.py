@@ -176,7 +176,7 @@ def test_paper_table_labels_load_when_a_table_is_built_not_at_import():
 
 def test_reports_mask_secrets_with_the_cores_redaction(monkeypatch):
     """A short API key of this environment is no credential shape; the core's redaction knows it."""
-    from sourcebench.reports.layout import safe
+    from sourcebench.reports.text import safe
 
     monkeypatch.setenv("OPENAI_API_KEY", "k3y-short")
     assert safe("the server said: bad key k3y-short") == "the server said: bad key ***"
