@@ -36,6 +36,33 @@ if TYPE_CHECKING:
     from .runner import LearnedCell, Runner
 
 
+# inspect's full-screen display is a Textual app that only inspect's own eval() can host (it owns the
+# event loop); the test phase runs eval_async inside the harness's loop, so "full" shows the rich display
+HOSTED_DISPLAY = {"full": "rich"}
+
+
+def settle_inspect_display(mode: str) -> str:
+    """Fix inspect-ai's display to ``mode`` before anything asks for it, and return the mode in use.
+
+    inspect settles its display type the first time anything reads it (any model call outside eval(),
+    such as the preflight's probe or a learning call), from ``INSPECT_DISPLAY`` or its default "full",
+    and keeps it and the display object it made for the process. Set at the start of every run, the
+    mode asked for is the one used, and a later run in the same process with another mode gets its own.
+    """
+    import os
+
+    from inspect_ai._display.core import active
+    from inspect_ai.util._display import display_type as current
+    from inspect_ai.util._display import display_type_initialized, init_display_type
+
+    mode = HOSTED_DISPLAY.get(mode, mode)
+    os.environ["INSPECT_DISPLAY"] = mode
+    if not display_type_initialized() or current() != mode:
+        init_display_type(mode)
+        active._active_display = None  # made under the earlier type; the next display() makes the right one
+    return mode
+
+
 NOTES_SHOWN_CHARS = 4000  # of a method's own context kept per result row (a whole source model can be huge)
 
 

@@ -298,7 +298,8 @@ def add_run_arguments(p: argparse.ArgumentParser, *, required: bool = True, seve
     p.add_argument("--ray-address", help="Ray cluster to use with --executor ray, e.g. auto or ray://head:10001 "
                    "(default: start a local instance)")
     p.add_argument("--display", default=None, choices=["full", "conversation", "rich", "plain", "log", "none"],
-                   help="inspect-ai display during the test phase (default: plain on a terminal, none otherwise)")
+                   help="inspect-ai display during the test phase (default: plain on a terminal, none otherwise; full "
+                   "shows inspect's rich display, as its full-screen app runs only under inspect's own eval())")
     p.add_argument("--rerun", action="append", type=method_names, metavar="METHOD", help="learn and test these methods "
                    "again although their artifacts and rows exist (repeatable or comma-separated); edited code is "
                    "re-learned without it")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -113,6 +112,10 @@ class Runner:
         self.live_calls = 0
         self.is_worker = False  # a share of a distributed run (see run_worker)
         self.rows_written = 0  # result rows appended by this process
+        # before the first model call (the preflight's), which would fix inspect's display to its default
+        from .inspect_tasks import settle_inspect_display
+
+        settle_inspect_display(cfg.display)
 
     # -- the backend's and the folder's parts, as the executors, inspect tasks and protocols see them
     @property
@@ -504,12 +507,17 @@ class Runner:
     async def test(self, cells: list[LearnedCell], done: set) -> None:
         """The test phase of the learned ``cells``: their tasks without a row in ``done`` (of this
         process's shard), as inspect-ai tasks, each scored task appended to results.jsonl."""
-        os.environ["INSPECT_DISPLAY"] = self.cfg.display
         from inspect_ai import eval_async
 
         import sourcebench.harness.providers._registry  # noqa: F401
 
-        from .inspect_tasks import cell_task, scrub_logs, single_threaded_log_compression, unfinished_logs
+        from .inspect_tasks import (
+            cell_task,
+            scrub_logs,
+            settle_inspect_display,
+            single_threaded_log_compression,
+            unfinished_logs,
+        )
 
         tasks = []
         for cell in cells:
@@ -534,6 +542,7 @@ class Runner:
         rows_before = self.rows_written
         # no full-heap GC pauses (gcpolicy.py) and no compressor thread pools (inspect_tasks.py) while calls
         # could be in flight
+        settle_inspect_display(self.cfg.display)  # eval_async takes no display: it reads the settled one
         with long_lived_frozen(), single_threaded_log_compression():
             logs = await eval_async(
                 tasks, model=self.spec.name, log_dir=str(self.out / "logs"),
